@@ -1,0 +1,240 @@
+"""grader.benchmark: time a learner's function against the reference solution and PyTorch baselines.
+
+Timings use triton.testing.do_bench (warm-up, CUDA events, median). On the Triton interpreter timings mean
+nothing, so the benchmark says so and skips.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from . import environment
+
+Inputs = tuple[tuple, dict]
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    xlabel: str
+    sizes: tuple[int, ...]
+    make: Callable[[int, torch.dtype, str, bool], Inputs]  # (size, dtype, device, causal) -> (args, kwargs)
+    work: Callable[[int, bool], float] | None = None  # FLOPs (or bytes when unit is GB/s) per call
+    unit: str = "TFLOP/s"
+    baselines: tuple[str, ...] = ()
+    describe: str = ""
+
+
+def _sdpa(q, k, v, causal=False, sm_scale=None):
+    if q.dim() == 2:
+        return torch.nn.functional.scaled_dot_product_attention(q[None, None], k[None, None], v[None, None],
+                                                                scale=sm_scale)[0, 0]
+    if q.shape[1] != k.shape[1]:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
+                                                                enable_gqa=True)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+
+def _naive(q, k, v, causal=False, sm_scale=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    s = (q @ k.transpose(-1, -2)).float() * scale
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    return (torch.softmax(s, dim=-1).to(v.dtype) @ v)
+
+
+BASELINES: dict[str, Callable[..., Any]] = {
+    "SDPA (PyTorch)": _sdpa,
+    "naive PyTorch": _naive,
+    "torch.softmax": lambda x: torch.softmax(x, dim=-1),
+    "torch.matmul": lambda a, b: a @ b,
+    "torch add": lambda x, y: x + y,
+}
+
+
+def _attn_inputs(B, H, D, style="4d"):
+    def make(n, dtype, device, causal):
+        shape = (n, D) if style == "2d" else (B, H, n, D)
+        q, k, v = (torch.randn(shape, dtype=dtype, device=device) for _ in range(3))
+        if style == "2d":
+            return (q, k, v, 1.0 / math.sqrt(D)), {}
+        if style == "naive":
+            return (q, k, v), {"causal": causal}
+        if style == "tiled":
+            return (q, k, v), {}
+        return (q, k, v), {"causal": causal}
+    return make
+
+
+def _attn_flops(B, H, D):
+    return lambda n, causal: 4.0 * B * H * n * n * D / (2 if causal else 1)
+
+
+SPECS: dict[str, BenchSpec] = {
+    "naive_attention": BenchSpec("sequence length N", (256, 512, 1024, 2048, 4096, 8192),
+                                 _attn_inputs(2, 16, 64, "naive"), _attn_flops(2, 16, 64),
+                                 baselines=("SDPA (PyTorch)",), describe="B=2, H=16, D=64"),
+    "tiled_attention": BenchSpec("sequence length N", (256, 512, 1024, 2048, 4096),
+                                 _attn_inputs(2, 16, 64, "tiled"), _attn_flops(2, 16, 64),
+                                 baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="B=2, H=16, D=64"),
+    "vector_add": BenchSpec("elements", tuple(2 ** i for i in range(12, 27, 2)),
+                            lambda n, dt, dev, c: ((torch.randn(n, dtype=dt, device=dev),
+                                                    torch.randn(n, dtype=dt, device=dev)), {}),
+                            lambda n, c: 3.0 * n * 2, unit="GB/s", baselines=("torch add",)),
+    "row_softmax": BenchSpec("row length N (4096 rows)", (256, 512, 1024, 2048, 4096, 8192, 16384),
+                             lambda n, dt, dev, c: ((torch.randn(4096, n, dtype=dt, device=dev),), {}),
+                             lambda n, c: 2.0 * 4096 * n * 2, unit="GB/s", baselines=("torch.softmax",)),
+    "tiled_matmul": BenchSpec("M = N = K", (256, 512, 1024, 2048, 4096),
+                              lambda n, dt, dev, c: ((torch.randn(n, n, dtype=dt, device=dev),
+                                                      torch.randn(n, n, dtype=dt, device=dev)), {}),
+                              lambda n, c: 2.0 * n ** 3, baselines=("torch.matmul",)),
+    "flash_attention_2d": BenchSpec("sequence length N (one head)", (512, 1024, 2048, 4096, 8192, 16384),
+                                    _attn_inputs(1, 1, 64, "2d"), _attn_flops(1, 1, 64),
+                                    baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="one head, D=64"),
+    "flash_attention": BenchSpec("sequence length N", (512, 1024, 2048, 4096, 8192),
+                                 _attn_inputs(4, 16, 64), _attn_flops(4, 16, 64),
+                                 baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="B=4, H=16, D=64"),
+}
+
+
+@dataclass
+class BenchmarkResult:
+    exercise: str
+    unit: str
+    environment: str
+    rows: list[dict] = field(default_factory=list)  # one per (provider, size)
+    figure: Any = None
+
+    def table(self) -> str:
+        providers = list(dict.fromkeys(r["provider"] for r in self.rows))
+        sizes = list(dict.fromkeys(r["size"] for r in self.rows))
+        by = {(r["provider"], r["size"]): r for r in self.rows}
+        head = f"{'size':>8}  " + "  ".join(f"{p[:22]:>22}" for p in providers)
+        lines = [f"{self.exercise}: {self.unit} (ms, peak extra MiB) on {self.environment}", head]
+        for s in sizes:
+            cells = []
+            for p in providers:
+                r = by.get((p, s))
+                if r is None or r.get("error"):
+                    cells.append(f"{(r or {}).get('error', '-')[:22]:>22}")
+                else:
+                    cells.append(f"{r['rate']:7.1f} ({r['ms']:.3f}, {r['mem_mib']:.0f})".rjust(22))
+            lines.append(f"{s:>8}  " + "  ".join(cells))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.table()
+
+
+def _peak_extra_mib(fn: Callable[[], Any]) -> float:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak / 2 ** 20
+
+
+def measure(providers: dict[str, Callable], spec: BenchSpec, *, sizes=None, dtype=torch.float16, causal=False,
+            progress: bool = True) -> list[dict]:
+    import triton.testing
+    from tqdm.auto import tqdm
+
+    sizes = tuple(sizes or spec.sizes)
+    rows = []
+    bar = tqdm(total=len(sizes) * len(providers), disable=not progress, desc="benchmark")
+    for n in sizes:
+        for name, fn in providers.items():
+            row = {"provider": name, "size": n}
+            try:
+                args, kwargs = spec.make(n, dtype, "cuda", causal)
+                call = lambda: fn(*args, **kwargs)  # noqa: E731
+                ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+                row.update(ms=ms, mem_mib=_peak_extra_mib(call))
+                work = spec.work(n, causal) if spec.work else None
+                scale = 1e12 if spec.unit == "TFLOP/s" else 1e9
+                row["rate"] = work / (ms * 1e-3) / scale if work else float("nan")
+            except torch.cuda.OutOfMemoryError:
+                row["error"] = "out of memory"
+            except Exception as e:  # noqa: BLE001 - one provider failing must not stop the others
+                row["error"] = f"{type(e).__name__}"
+                row["detail"] = str(e)[:300]
+            finally:
+                args = kwargs = None
+                torch.cuda.empty_cache()
+            rows.append(row)
+            bar.update(1)
+    bar.close()
+    return rows
+
+
+def plot(result: BenchmarkResult, title: str, xlabel: str):
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for p in dict.fromkeys(r["provider"] for r in result.rows):
+        pts = [(r["size"], r["rate"], r["mem_mib"]) for r in result.rows if r["provider"] == p and "ms" in r]
+        if not pts:
+            continue
+        xs, rates, mems = zip(*pts)
+        ax1.plot(xs, rates, marker="o", label=p)
+        ax2.plot(xs, [max(m, 1e-3) for m in mems], marker="o", label=p)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, alpha=0.3)
+    ax1.set_ylabel(result.unit + " (higher is better)")
+    ax2.set_ylabel("peak extra memory, MiB (log)")
+    ax2.set_yscale("log")
+    ax1.legend()
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def benchmark(exercise_id: str, fn: Callable, *, sizes=None, dtype: torch.dtype = torch.float16,
+              causal: bool = False, show: bool = True) -> BenchmarkResult | None:
+    """Time fn against the reference solution and baselines over a sweep of sizes; plot it on a GPU."""
+    from . import exercises
+    from .notebooks import reference
+
+    env = environment.detect()
+    ex = exercises.get(exercise_id)
+    spec = SPECS.get(ex.id)
+    if spec is None:
+        print(f"{ex.id} has no benchmark: it is about correctness, not speed.")
+        return None
+    if env.interpreter:
+        print(f"benchmark skipped: running on the {env.label}. The interpreter executes kernels one program at a "
+              "time in NumPy, so its timings say nothing about a GPU. Run this notebook on a GPU to see the plot.")
+        return None
+    if dtype == torch.bfloat16 and not env.supports_bf16:
+        dtype = torch.float16
+    providers = {"yours": fn}
+    try:
+        providers["reference"] = reference(ex.id)
+    except Exception as e:  # noqa: BLE001 - the learner's timing is still worth showing
+        print(f"(reference solution unavailable: {e})")
+    for b in spec.baselines:
+        providers[b] = BASELINES[b]
+    rows = measure(providers, spec, sizes=sizes, dtype=dtype, causal=causal)
+    import triton
+
+    result = BenchmarkResult(ex.id, spec.unit, env.label, rows)
+    title = (f"{ex.id} · {str(dtype).replace('torch.', '')}{' · causal' if causal else ''}"
+             f"{' · ' + spec.describe if spec.describe else ''}\n{env.label} · driver {env.driver} · "
+             f"torch {torch.__version__} · triton {triton.__version__}")
+    if show:
+        result.figure = plot(result, title, spec.xlabel)
+        print(result.table())
+        failed = {r["provider"]: r.get("detail", r["error"]) for r in rows if r.get("error")}
+        for p, why in failed.items():
+            print(f"  {p}: {why}")
+    return result

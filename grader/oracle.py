@@ -1,0 +1,92 @@
+"""Independent fp64 PyTorch oracles. Every exercise is judged against these, never against the learner's dtype."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _f64(*ts: torch.Tensor) -> list[torch.Tensor]:
+    return [t.detach().to(torch.float64) for t in ts]
+
+
+def causal_mask(n_q: int, n_k: int, device="cpu", *, align: str = "top_left", offset: int = 0) -> torch.Tensor:
+    """True where query i may see key j. top_left is SDPA's is_causal (j <= i); bottom_right is FA2's."""
+    i = torch.arange(n_q, device=device)[:, None]
+    j = torch.arange(n_k, device=device)[None, :]
+    shift = (n_k - n_q) if align == "bottom_right" else 0
+    return j <= i + shift + offset
+
+
+def attention(q, k, v, sm_scale=None, causal=False, *, mask_offset: int = 0, align: str = "top_left"):
+    """softmax(q kᵀ · scale [+ causal mask]) v in fp64 for (..., H, N, D) tensors with grouped K/V heads."""
+    q, k, v = _f64(q, k, v)
+    if q.dim() >= 3 and q.shape[-3] != k.shape[-3]:
+        group = q.shape[-3] // k.shape[-3]
+        k = k.repeat_interleave(group, dim=-3)
+        v = v.repeat_interleave(group, dim=-3)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        keep = causal_mask(q.shape[-2], k.shape[-2], q.device, align=align, offset=mask_offset)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    (x,) = _f64(x)
+    return torch.softmax(x, dim=-1)
+
+
+def softmax_state(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row max, sum of exp(x - max)) over the last dim; (-inf, 0) for an empty row."""
+    (x,) = _f64(x)
+    if x.shape[-1] == 0:
+        shape = x.shape[:-1]
+        return torch.full(shape, float("-inf"), dtype=x.dtype), torch.zeros(shape, dtype=x.dtype)
+    m = x.amax(dim=-1)
+    return m, torch.exp(x - m[..., None]).sum(dim=-1)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a, b = _f64(a, b)
+    return a @ b
+
+
+def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x, y = _f64(x, y)
+    return x + y
+
+
+def kv_block_split(start_m: int, block_m: int, block_n: int, n_k: int) -> tuple[int, int]:
+    """Key bounds of one causal Q block (notebook 07): [0, unmasked_end) needs no mask, [.., masked_end) does."""
+    masked_end = min(n_k, (start_m + 1) * block_m)
+    unmasked_end = (min(n_k, start_m * block_m) // block_n) * block_n
+    return unmasked_end, masked_end
+
+
+def kv_block_split_problems(start_m: int, block_m: int, block_n: int, n_k: int, got) -> list[str]:
+    """Explain, with the brute-force mask, what a wrong (unmasked_end, masked_end) would break."""
+    problems: list[str] = []
+    try:
+        unmasked_end, masked_end = (int(x) for x in got)
+    except (TypeError, ValueError):
+        return [f"expected a pair of ints (unmasked_end, masked_end), got {got!r}"]
+    rows = torch.arange(start_m * block_m, (start_m + 1) * block_m)
+    visible = torch.arange(n_k)[None, :] <= rows[:, None]
+    not_all = (~visible.all(dim=0)).nonzero().flatten()
+    if len(not_all) and unmasked_end > int(not_all[0]):
+        j = int(not_all[0])
+        problems.append(f"key {j} < unmasked_end={unmasked_end} is not visible to row {rows[0].item()}: "
+                        "those keys would be used without the mask")
+    some = visible.any(dim=0).nonzero().flatten()
+    if len(some) and masked_end <= int(some[-1]):
+        problems.append(f"key {int(some[-1])} is visible to row {rows[-1].item()} but masked_end={masked_end} "
+                        "skips it")
+    if unmasked_end % block_n:
+        problems.append(f"unmasked_end={unmasked_end} is not a multiple of block_n={block_n}: "
+                        "the unmasked loop walks whole blocks")
+    if masked_end > n_k:
+        problems.append(f"masked_end={masked_end} is past n_k={n_k}")
+    return problems

@@ -1,0 +1,29 @@
+"""The written-down tolerances. An output element passes when |out - ref| <= atol + rtol * |ref|,
+where ref is the fp64 oracle evaluated on the very inputs (already rounded to their dtype) the learner received.
+
+Calibrated on the course's reference solutions over many seeds on the Triton interpreter and on an H200 (see
+tests/test_tolerances.py, which re-checks the margin on every CI run): the worst error a correct implementation
+shows stays several times below these bounds, while every classic bug the diagnoses name lands far above them.
+The float32 bound admits TF32, the default precision of tl.dot on float32 inputs on NVIDIA GPUs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: dtype -> (atol, rtol)
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-9, 1e-9),
+    torch.float32: (2e-3, 2e-3),  # TF32 matmuls: 10-bit mantissa, like fp16
+    torch.float16: (4e-3, 4e-3),  # unit roundoff 4.9e-4; outputs are rounded once, P once
+    torch.bfloat16: (3e-2, 3e-2),  # unit roundoff 3.9e-3
+}
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return TOLERANCES[dtype]
+
+
+def describe() -> str:
+    rows = [f"  {str(d).replace('torch.', ''):<9} atol={a:g}  rtol={r:g}" for d, (a, r) in TOLERANCES.items()]
+    return "an element passes when |out - ref| <= atol + rtol·|ref| (ref: fp64 oracle)\n" + "\n".join(rows)

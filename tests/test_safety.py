@@ -1,0 +1,115 @@
+"""Kernels that misbehave: out-of-bounds reads and writes, hangs. They fail their case; the process lives."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import grader
+from grader import safety
+
+ENV = grader.setup(quiet=True)
+
+
+@triton.jit
+def _add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, MASKED: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if MASKED:
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        y = tl.load(y_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, x + y, mask=mask)
+    else:
+        x = tl.load(x_ptr + offs)
+        y = tl.load(y_ptr + offs)
+        tl.store(out_ptr + offs, x + y)
+
+
+def _launch(x, y, masked, block=1024):
+    out = torch.empty_like(x)
+    _add_kernel[(triton.cdiv(x.numel(), block),)](x, y, out, x.numel(), BLOCK=block, MASKED=masked)
+    return out
+
+
+def test_masked_kernel_passes():
+    assert grader.check("vector_add", lambda x, y: _launch(x, y, True), quiet=True).passed
+
+
+def test_missing_mask_fails_with_an_explanation():
+    r = grader.check("vector_add", lambda x, y: _launch(x, y, False), quiet=True)
+    ragged = [c for c in r.cases if "ragged" in c.tags]
+    assert ragged and all(c.status == "FAIL" for c in ragged)
+    text = str(r)
+    if ENV.interpreter:
+        assert "out-of-bounds memory access" in text and "past its last element" in text
+    else:  # on a GPU the NaN guards and the guard check catch it
+        assert "NaN" in text or "written just outside" in text
+
+
+def test_write_past_the_end_of_an_allocation_is_caught_by_the_guards():
+    """A write just past the output lands in the guard region and is reported (works on GPU and CPU)."""
+    def overrun(x, y):
+        out = torch.empty_like(x)
+        longer = torch.as_strided(out, (out.numel() + 3,), (1,))
+        longer.fill_(0.0)
+        out.copy_(x + y)
+        return out
+    r = grader.check("vector_add", overrun, quiet=True)
+    assert not r.passed and "written just outside" in str(r)
+
+
+@triton.jit
+def _spin_kernel(x_ptr, n):
+    i = 0
+    while i < n:
+        i = i * 1  # never advances
+
+
+@pytest.mark.skipif(not ENV.interpreter, reason="an endless GPU kernel cannot be interrupted from Python")
+def test_endless_interpreted_kernel_is_stopped():
+    def hang(x, y):
+        _spin_kernel[(1,)](x, 5)
+        return x + y
+    r = grader.check("vector_add", hang, quiet=True, timeout=1.0)
+    assert not r.passed and "time budget" in str(r)
+
+
+@pytest.mark.skipif(not ENV.interpreter, reason="interpreter-only check")
+def test_bounds_check_names_the_tensor():
+    x = torch.zeros(10)
+    y = torch.zeros(10)
+    with pytest.raises(Exception) as info:
+        _launch(x, y, False, block=16)
+    chain = [info.value, info.value.__cause__]
+    assert any(isinstance(e, safety.OutOfBoundsAccess) for e in chain)
+    assert "`x_ptr`" in str(info.value.__cause__) or "`x_ptr`" in str(info.value)
+
+
+def test_guarded_copy_keeps_values_and_layout():
+    t = torch.randn(2, 3, 5, 4)
+    view, g = safety.guarded_copy(t, "q", perm=(0, 2, 1, 3))
+    assert torch.equal(view, t) and not view.is_contiguous()
+    assert view.stride() == (60, 4, 12, 1)
+    assert g.written() == 0
+    torch.as_strided(view, (1,), (1,), view.storage_offset() - 1).fill_(1.0)
+    assert g.written() == 1
+
+
+def test_time_budget_outside_the_main_thread():
+    import threading
+    import time
+
+    seen = []
+
+    def work():
+        try:
+            with safety.time_budget(0.3):
+                while True:
+                    time.sleep(0.01)
+        except safety.CaseTimeout:
+            seen.append("stopped")
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(5)
+    assert seen == ["stopped"]
