@@ -1,14 +1,6 @@
-import os
-import tempfile
+import pytest
 
-# Keep test runs (and the notebook kernels nbval starts, which inherit this environment) from touching the
-# learner's real progress file.
-os.environ.setdefault("FA_COURSE_PROGRESS", os.path.join(tempfile.mkdtemp(prefix="fa-course-"), "progress.json"))
-os.environ.setdefault("MPLBACKEND", "Agg")
-
-import pytest  # noqa: E402
-
-import grader  # noqa: E402
+import grader
 
 ENV = grader.setup(quiet=True)
 
@@ -16,8 +8,3 @@ ENV = grader.setup(quiet=True)
 @pytest.fixture(scope="session")
 def env():
     return ENV
-
-
-@pytest.fixture
-def device():
-    return ENV.device
