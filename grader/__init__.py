@@ -18,7 +18,7 @@ from .exercises import EXERCISES
 from .notebooks import load_notebook, reference
 from .tolerances import TOLERANCES
 
-__all__ = ["setup", "check", "benchmark", "progress", "reference", "load_notebook", "exercises",
+__all__ = ["setup", "check", "benchmark", "progress", "reference", "load_notebook", "EXERCISES",
            "Environment", "CheckResult", "TOLERANCES"]
 __version__ = "0.1.0"
 
@@ -39,8 +39,3 @@ def progress() -> None:
     from .store import table
 
     print(table())
-
-
-def exercises() -> list[str]:
-    """The exercise ids, in course order."""
-    return list(EXERCISES)

@@ -202,11 +202,11 @@ def plot(result: BenchmarkResult, title: str, xlabel: str):
 def benchmark(exercise_id: str, fn: Callable, *, sizes=None, dtype: torch.dtype = torch.float16,
               causal: bool = False, show: bool = True) -> BenchmarkResult | None:
     """Time fn against the reference solution and baselines over a sweep of sizes; plot it on a GPU."""
-    from . import exercises
+    from .exercises import get
     from .notebooks import reference
 
     env = environment.detect()
-    ex = exercises.get(exercise_id)
+    ex = get(exercise_id)
     spec = SPECS.get(ex.id)
     if spec is None:
         print(f"{ex.id} has no benchmark: it is about correctness, not speed.")

@@ -100,9 +100,9 @@ def load_notebook(name: str, folder: str | Path | None = None) -> ModuleType:
 
 def reference(exercise_id: str):
     """The instructor's implementation of an exercise, loaded from its solution notebook."""
-    from . import exercises
+    from .exercises import get
 
-    ex = exercises.get(exercise_id)
+    ex = get(exercise_id)
     module = load_module(find_notebook(ex.notebook, solutions_dir()))
     try:
         return getattr(module, ex.function)
