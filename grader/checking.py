@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -53,6 +54,7 @@ class CaseResult:
     max_abs: float | None = None
     rel_err: float | None = None
     tol: tuple[float, float] | None = None
+    ratio: float | None = None  # worst |out - ref| / (atol + rtol·|ref|): 1.0 is the edge of the tolerance
     problems: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -125,6 +127,8 @@ def _judge_tensor(out: Any, ref: torch.Tensor, case: Case, res: CaseResult, labe
     denom = float(ref64[finite_ref].norm()) if finite_ref.any() else 0.0
     res.rel_err = float(diff[both].norm()) / denom if denom > 0 else None
     ok = diagnosis.close(out64, ref64, case.dtype)
+    allowed = res.tol[0] + res.tol[1] * ref64.abs()
+    res.ratio = float((diff / allowed)[both].max()) if both.any() else None
     if bad_nonfinite.any():
         n = int(bad_nonfinite.sum())
         kind = "NaN" if torch.isnan(out64).any() else "Inf"
@@ -196,8 +200,9 @@ def _judge(out: Any, case: Case, res: CaseResult, ex: exercises.Exercise, device
                                 f"query {i})")
             return False
         return True
-    names = {4: ("batch", "head", "query rows", "head-dim columns"), 2: ("rows", "columns"),
-             3: ("dim 0", "rows", "columns"), 1: ("elements",)}.get(ref.dim(), tuple(f"dim {i}" for i in range(ref.dim())))
+    axis_names = {4: ("batch", "head", "query rows", "head-dim columns"), 2: ("rows", "columns"),
+                  3: ("dim 0", "rows", "columns"), 1: ("elements",)}
+    names = axis_names.get(ref.dim(), tuple(f"dim {i}" for i in range(ref.dim())))
     if case.meta.get("style") == "2d":
         names = ("query rows", "head-dim columns")
     return _judge_tensor(out, ref, case, res, "output", names, device)

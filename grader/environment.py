@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-_ENV: "Environment | None" = None
+_ENV: Environment | None = None
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ besides fixed edge cases. Sizes shrink on the Triton interpreter, which is slow,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -433,12 +434,12 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              "flash_attention_2d", "flash_attention_2d(q, k, v, sm_scale)", _fa2d_cases, triton=True),
     Exercise("flash_attention", "FlashAttention: batch, heads, GQA, strides, causal", "06_flash_attention",
              "flash_attention", "flash_attention(q, k, v, causal=False, sm_scale=None)", _fa_cases, triton=True),
-    Exercise("flash_attention_fast", "A fast FlashAttention kernel", "08_performance", "flash_attention_fast",
-             "flash_attention_fast(q, k, v, causal=False, sm_scale=None)", _fa_cases, triton=True),
     Exercise("causal_mask", "The causal mask", "07_causal", "causal_mask", "causal_mask(n_q, n_k, device=None)",
              _causal_mask_cases),
     Exercise("kv_block_split", "Which K/V blocks a causal Q block visits", "07_causal", "kv_block_split",
              "kv_block_split(start_m, block_m, block_n, n_k) -> (unmasked_end, masked_end)", _kv_split_cases),
+    Exercise("flash_attention_fast", "A fast FlashAttention kernel", "08_performance", "flash_attention_fast",
+             "flash_attention_fast(q, k, v, causal=False, sm_scale=None)", _fa_cases, triton=True),
 ]}
 
 

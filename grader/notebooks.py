@@ -53,18 +53,16 @@ def _cache_dir() -> Path:
     return d
 
 
-def load_module(nb_path: Path) -> ModuleType:
-    """Execute the export cells of nb_path in a fresh module (cached by content)."""
+def load_source(source: str, label: str) -> ModuleType:
+    """Execute Python source as a module backed by a real file (cached by content)."""
     from . import environment
 
-    environment.detect()  # TRITON_INTERPRET must be decided before any @triton.jit in the cells runs
-    nb_path = Path(nb_path).resolve()
-    source = export_source(nb_path)
+    environment.detect()  # TRITON_INTERPRET must be decided before any @triton.jit in the source runs
     digest = hashlib.sha1(source.encode()).hexdigest()[:12]
-    key = (str(nb_path), digest)
+    key = (label, digest)
     if key in _CACHE:
         return _CACHE[key]
-    stem = "".join(ch if ch.isalnum() else "_" for ch in nb_path.stem)
+    stem = "".join(ch if ch.isalnum() else "_" for ch in label)
     name = f"_fa_course_{stem}_{digest}"
     file = _cache_dir() / f"{name}.py"
     if not file.exists() or file.read_text(encoding="utf-8") != source:
@@ -79,6 +77,12 @@ def load_module(nb_path: Path) -> ModuleType:
         raise
     _CACHE[key] = module
     return module
+
+
+def load_module(nb_path: Path) -> ModuleType:
+    """Execute the export cells of nb_path in a fresh module."""
+    nb_path = Path(nb_path).resolve()
+    return load_source(export_source(nb_path), nb_path.stem)
 
 
 def find_notebook(name: str, folder: Path | None = None) -> Path:

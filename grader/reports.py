@@ -23,7 +23,7 @@ def _tol(t) -> str:
     return "-" if t is None else f"{t[0]:g}/{t[1]:g}"
 
 
-def format_check(r: "CheckResult") -> str:
+def format_check(r: CheckResult) -> str:
     head = f"{r.exercise} — {r.title}\ngraded on {r.environment} · seed {r.seed} · {len(r.cases)} cases"
     rows = [("#", "case", "shapes", "dtype", "max|err|", "rel err", "atol/rtol", "result")]
     for c in r.cases:
@@ -59,7 +59,7 @@ def format_check(r: "CheckResult") -> str:
     return "\n".join(lines)
 
 
-def _verdict(r: "CheckResult") -> str:
+def _verdict(r: CheckResult) -> str:
     n, total = r.n_passed, len(r.cases)
     todo = sum(c.status == "NOT ATTEMPTED" for c in r.cases)
     if r.passed:
@@ -70,7 +70,7 @@ def _verdict(r: "CheckResult") -> str:
     return f"FAILED: {n}/{total} cases pass{extra}. Replay these exact inputs with seed={r.seed}."
 
 
-def html_check(r: "CheckResult") -> str:
+def html_check(r: CheckResult) -> str:
     color = {"PASS": "#1a7f37", "FAIL": "#cf222e", "NOT ATTEMPTED": "#9a6700"}
     cells = []
     for c in r.cases:
@@ -90,6 +90,6 @@ def html_check(r: "CheckResult") -> str:
             f"<p style='color:{verdict_color};font-weight:bold'>{html.escape(_verdict(r))}</p></div>")
 
 
-def show(r: "CheckResult") -> None:
+def show(r: CheckResult) -> None:
     """Print the text report (the HTML form is the result's _repr_html_)."""
     print(format_check(r))
