@@ -6,3 +6,4 @@ import tempfile
 # Keep test runs from touching the learner's real progress file.
 os.environ.setdefault("FA_COURSE_PROGRESS", os.path.join(tempfile.mkdtemp(prefix="fa-course-"), "progress.json"))
 os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("FA_COURSE_BENCH_QUICK", "1")  # notebooks run their benchmarks on two sizes only
