@@ -18,6 +18,7 @@ from types import ModuleType
 
 EXPORT_TAG = "export"
 _CACHE: dict[tuple[str, str], ModuleType] = {}
+_REFERENCES: set[int] = set()  # id() of every function handed out by reference(): grading them is not progress
 
 
 def repo_root() -> Path:
@@ -109,6 +110,12 @@ def reference(exercise_id: str):
     ex = get(exercise_id)
     module = load_module(find_notebook(ex.notebook, solutions_dir()))
     try:
-        return getattr(module, ex.function)
+        fn = getattr(module, ex.function)
     except AttributeError:
         raise AttributeError(f"solutions/{ex.notebook}.ipynb exports no function {ex.function!r}") from None
+    _REFERENCES.add(id(fn))
+    return fn
+
+
+def is_reference(fn) -> bool:
+    return id(fn) in _REFERENCES

@@ -80,12 +80,16 @@ def test_solutions_with_outputs_are_refused():
 def test_no_solution_line_in_any_learner_notebook():
     for sol in sorted((ROOT / "solutions").glob("*.ipynb")):
         nb = json.loads(sol.read_text())
+        if not (ROOT / "notebooks" / sol.name).exists():
+            continue  # reported by test_every_solution_has_a_learner_notebook
         learner = (ROOT / "notebooks" / sol.name).read_text()
         for cell in nb["cells"]:
             _, removed = build.stub_source("".join(cell["source"]), sol.name)
             for line in removed:
                 s = line.strip()
-                if len(s) >= 8 and not build._TRIVIAL.match(s):
+                # anywhere, even inside a longer line or a comment (short lines like `m = m_new` may be named
+                # in prose; the build's own check already refuses them as whole lines)
+                if len(s) >= 16 and not build._TRIVIAL.match(s):
                     assert json.dumps(s)[1:-1] not in learner, f"{sol.name}: {s!r} leaked"
 
 
