@@ -29,8 +29,10 @@ TAG_HINTS = {
     "scale": "only the case with an explicit sm_scale fails: use the argument when it is given",
     "pad-d": "only head dims that are not powers of two fail: pad BLOCK_D to the next power of two and mask "
              "the columns d ≥ D on loads and the store",
-    "multi-head": "only cases with several batches/heads fail: offset every pointer by the batch and head of "
-                  "this program (program_id(1)) times the strides",
+    "batch": "only cases with batch size > 1 fail: offset every pointer by this program's batch index times "
+             "the batch stride",
+    "heads": "only cases with several heads fail: offset every pointer by this program's head (and, for K/V, "
+             "its K/V head) times the head stride",
     "empty": "only cases with an empty side (m = -inf, l = 0) fail: -inf - (-inf) is NaN, so handle the "
              "all-empty case explicitly (e.g. use 0 instead of -inf as the reference max)",
     "rectangular": "only the non-square cases fail: the mask is j ≤ i whatever n_q and n_k are (top-left)",
@@ -141,9 +143,10 @@ def _judge_tensor(out: Any, ref: torch.Tensor, case: Case, res: CaseResult, labe
             res.hints.append("exp overflowed: with large scores, e^s is inf in fp32 beyond s ≈ 88 — subtract the "
                              "(running) max before exponentiating")
         elif case.guards:
-            res.hints.append("the inputs are surrounded by NaN-filled guard regions, so NaN in the output usually "
-                             "means a load past the end of a tensor without a mask; otherwise look for "
-                             "-inf − (-inf) or 0/0")
+            res.hints.append("the grader surrounds the inputs with NaN-filled guard regions and fills tensors you "
+                             "allocate with torch.empty with NaN, so NaN in the output means a load past the end "
+                             "of a tensor without a mask, or output elements that were never written; otherwise "
+                             "look for -inf − (-inf) or 0/0")
         else:
             res.hints.append("look for -inf − (-inf) (a fully masked row or an empty state) or 0/0")
     if not ok.all():

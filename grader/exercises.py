@@ -103,8 +103,12 @@ def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=
         shape_txt = f"q ({Nq}, {D}), k/v ({Nk}, {D})"
     else:
         kv = f", k/v ({B}, {H_kv}, {Nk}, {D})"
-        shape_txt = f"q ({B}, {H}, {Nq}, {D}){kv}" + (" as (B,N,H,D) views" if perm else "")
+        shape_txt = f"q ({B}, {H}, {Nq}, {D}){kv}"
     all_tags = set(tags) | {f"dtype:{_name(dtype)}"}
+    if style != "2d" and B > 1:
+        all_tags.add("batch")
+    if style != "2d" and H > 1:
+        all_tags.add("heads")
     if causal:
         all_tags.add("causal")
     if H_kv != H:
@@ -138,7 +142,7 @@ def _naive_cases(env, gen):
     c = lambda *a, **k: attention_case(env, gen, *a, call=_naive_call, **k)  # noqa: E731
     return [
         c("one head, square", B=1, H=1, Nq=64, Nk=64, D=32, dtype=f32),
-        c("batch and heads", B=2, H=3, Nq=n, Nk=n, D=64, dtype=f32, tags={"multi-head"}),
+        c("batch and heads", B=2, H=3, Nq=n, Nk=n, D=64, dtype=f32),
         c("Nq != Nk", B=1, H=2, Nq=37, Nk=n + 11, D=16, dtype=f32),
         c("single query and key", B=1, H=1, Nq=1, Nk=1, D=8, dtype=f32),
         c("explicit sm_scale", B=1, H=2, Nq=48, Nk=40, D=32, dtype=f32, sm_scale=0.3, tags={"scale"}),
@@ -352,17 +356,15 @@ def _fa_cases(env, gen):
     n = 256 if interp else 1024
     cases = [
         c("one block", B=1, H=1, Nq=64, Nk=64, D=64, dtype=f16),
-        c("batch, heads, several K/V blocks", B=2, H=3, Nq=128, Nk=n, D=64, dtype=f16,
-          tags={"multi-block", "multi-head"}),
+        c("batch, heads, several K/V blocks", B=2, H=3, Nq=128, Nk=n, D=64, dtype=f16, tags={"multi-block"}),
         c("ragged Nq and Nk", B=1, H=2, Nq=77, Nk=131, D=64, dtype=f16, tags={"ragged", "multi-block"}),
         c("a single query and key", B=1, H=1, Nq=1, Nk=1, D=16, dtype=f16, tags={"ragged"}),
         c("more keys, short queries", B=1, H=1, Nq=5, Nk=300, D=32, dtype=f16, tags={"ragged", "multi-block"}),
         c("head dim 80 (padded to 128)", B=1, H=2, Nq=96, Nk=150, D=80, dtype=f16, tags={"ragged", "pad-d"}),
         c("head dim 96, fp32", B=1, H=1, Nq=70, Nk=70, D=96, dtype=f32, tags={"ragged", "pad-d"}),
-        c("GQA: 6 heads share 2 K/V heads", B=2, H=6, H_kv=2, Nq=64, Nk=128, D=32, dtype=f16,
-          tags={"multi-block", "multi-head"}),
+        c("GQA: 6 heads share 2 K/V heads", B=2, H=6, H_kv=2, Nq=64, Nk=128, D=32, dtype=f16, tags={"multi-block"}),
         c("(B, N, H, D) views: non-contiguous strides", B=2, H=3, Nq=70, Nk=100, D=64, dtype=f16,
-          layout="bnhd", tags={"multi-head", "ragged"}),
+          layout="bnhd", tags={"ragged"}),
         c("explicit sm_scale", B=1, H=2, Nq=64, Nk=128, D=64, dtype=f16, sm_scale=0.07, tags={"scale"}),
         c("large-magnitude scores", B=1, H=2, Nq=64, Nk=192, D=64, dtype=f16, magnitude=10.0,
           tags={"multi-block"}),
@@ -373,7 +375,7 @@ def _fa_cases(env, gen):
         c("causal, Nq < Nk (top-left)", B=1, H=1, Nq=70, Nk=200, D=32, dtype=f16, causal=True,
           tags={"ragged", "multi-block"}),
         c("causal GQA as (B, N, H, D) views", B=1, H=4, H_kv=2, Nq=90, Nk=90, D=64, dtype=f16, causal=True,
-          layout="bnhd", tags={"ragged", "multi-head"}),
+          layout="bnhd", tags={"ragged"}),
         c("fp32", B=1, H=2, Nq=64, Nk=130, D=64, dtype=f32, tags={"ragged", "multi-block"}),
         c("head dim 256", B=1, H=1, Nq=64, Nk=96, D=256, dtype=f16, tags={"ragged"}),
     ]

@@ -38,3 +38,25 @@ def test_flash_attention_2d_mutants(old, new, named):
 
 def test_reference_itself_passes():
     assert grader.check("flash_attention_2d", grader.reference("flash_attention_2d"), quiet=True).passed
+
+
+FA = [
+    ("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot(", "accumulator not rescaled"),
+    ("acc = acc / l_i[:, None]", "acc = acc", "no final division"),
+    ("off_hkv = off_h // GROUP_SIZE", "off_hkv = off_h % (H // GROUP_SIZE)", "wrong K/V head for GQA"),
+    ("offs_n[None, :] <= offs_m[:, None]", "offs_n[None, :] < offs_m[:, None]", "off by one (j < i)"),
+    ("offs_n[None, :] <= offs_m[:, None]", "offs_n[None, :] <= offs_m[:, None] + 1", "off by one (j ≤ i + 1)"),
+    ("*q.stride(), *k.stride(), *v.stride()",
+     "*q.contiguous().stride(), *k.contiguous().stride(), *v.contiguous().stride()", "strides ignored"),
+    ("q_base = Q + off_b * stride_qb + off_h * stride_qh", "q_base = Q + off_h * stride_qh",
+     "only cases with batch size > 1 fail"),
+    ("q = tl.load(q_ptrs, mask=mask_m[:, None] & mask_d[None, :], other=0.0)", "q = tl.load(q_ptrs)",
+     "out-of-bounds" if grader.setup(quiet=True).interpreter else "NaN"),
+]
+
+
+@pytest.mark.parametrize("old, new, named", FA, ids=[m[2] for m in FA])
+def test_flash_attention_mutants(old, new, named):
+    r = grader.check("flash_attention", mutant("flash_attention", old, new), quiet=True)
+    assert not r.passed
+    assert named in str(r), str(r)
