@@ -101,6 +101,9 @@ SPECS: dict[str, BenchSpec] = {
     "flash_attention": BenchSpec("sequence length N", (512, 1024, 2048, 4096, 8192),
                                  _attn_inputs(4, 16, 64), _attn_flops(4, 16, 64),
                                  baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="B=4, H=16, D=64"),
+    "flash_attention_fast": BenchSpec("sequence length N", (1024, 2048, 4096, 8192, 16384),
+                                      _attn_inputs(4, 32, 128), _attn_flops(4, 32, 128),
+                                      baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="B=4, H=32, D=128"),
 }
 
 
