@@ -55,7 +55,8 @@ def stub_source(source: str, where: str) -> tuple[str, list[str]]:
                 raise BuildError(f"{where}, line {n}: nested BEGIN SOLUTION (the region opened on line {inside[2]})")
             if END.match(line):
                 indent, label, _ = inside
-                out.append(f"{indent}raise NotImplementedError({json.dumps('TODO: ' + label, ensure_ascii=False)})")
+                message = label if label.upper().startswith("TODO") else f"TODO: {label}"
+                out.append(f"{indent}raise NotImplementedError({json.dumps(message, ensure_ascii=False)})")
                 inside = None
                 continue
             removed.append(line)
