@@ -1,40 +1,139 @@
 #!/usr/bin/env bash
-# Set up the course on Colab, ModelScope or any machine that already has Python.
-# Installs only what is missing, never replaces a torch that is already there, installs the grader package.
-# Safe to run twice.
+# Set up the course on Colab, ModelScope or any machine that already has Python (3.10 or newer).
+#
+#   bash colab_setup.sh                    # uses python3; PYTHON=/path/to/python bash colab_setup.sh for another one
+#
+# - torch: an installed torch is kept as it is, never reinstalled or upgraded (Colab and ModelScope ship a CUDA
+#   build matched to their driver). Only where there is none is torch installed (the CPU build without nvidia-smi).
+# - triton: installed only when missing, at the version torch pins for this platform. When an installed pair does
+#   not match, the script prints the pip command that fixes it and changes nothing.
+# - numpy, matplotlib, ipywidgets, tqdm (and setuptools, to install the grader offline): installed when missing.
+# - the grader package: installed editable from this checkout, unless `import grader` already finds this checkout.
+# Safe to run twice: a second run installs nothing. Every step prints what it found and what it did.
+#
+# Python is only ever called in two ways, `$PYTHON -c "$probe" COMMAND ARGS...` (questions, answered on stdout)
+# and `$PYTHON -m pip install ...`, so that tests/test_colab_setup.py can replace it by a fake.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 py="${PYTHON:-python3}"
+case "$py" in  # an absolute path: the probes run from /, and the messages name the exact interpreter
+  */*) py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")" ;;
+  *) py="$(command -v "$py")" || { echo "colab_setup.sh: $py not found (set PYTHON=/path/to/python)" >&2; exit 1; } ;;
+esac
 
-have() { "$py" -c "import $1" >/dev/null 2>&1; }
+probe='
+import importlib.metadata as md, importlib.util, os, sys
+cmd, args = sys.argv[1], sys.argv[2:]
+if cmd == "missing":  # the modules of args that are not installed
+    print(" ".join(m for m in args if importlib.util.find_spec(m) is None))
+elif cmd == "version":  # the installed version of a distribution; exit status 1 when it is not installed
+    try:
+        print(md.version(args[0]))
+    except md.PackageNotFoundError:
+        sys.exit(1)
+elif cmd == "triton-pin":  # "DIST VERSION" when torch pins triton (DIST==VERSION) on this platform, else nothing
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:
+        from pip._vendor.packaging.requirements import Requirement
+    try:
+        requires = md.requires("torch") or []
+    except md.PackageNotFoundError:
+        requires = []
+    for line in requires:
+        req = Requirement(line)
+        pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+        if "triton" in req.name and pins and (req.marker is None or req.marker.evaluate({"extra": ""})):
+            print(req.name, pins[0])
+            break
+elif cmd == "grader-root":  # the folder `import grader` would load the course from; exit status 1 when none
+    spec = importlib.util.find_spec("grader")
+    if spec is None or not spec.origin:
+        sys.exit(1)
+    print(os.path.dirname(os.path.dirname(spec.origin)))
+'
+# From / so that a folder in the current directory (this checkout's grader/, say) does not answer for an install.
+ask() { (cd / && "$py" -c "$probe" "$@"); }
+pip_install() {  # pip_install WHAT PIP-ARGUMENTS...
+  local what="$1"
+  shift
+  echo "  \$ $py -m pip install -q $*"
+  "$py" -m pip install -q "$@"
+  installed="$installed $what"
+}
+installed=""
 
-if have torch; then
-  echo "torch: keeping the installed $("$py" -c 'import torch; print(torch.__version__)')"
+if [ -n "${COLAB_RELEASE_TAG:-}${COLAB_GPU:-}${COLAB_BACKEND_VERSION:-}" ]; then
+  platform=Colab
+elif [ -n "${MODELSCOPE_ENVIRONMENT:-}" ] || [ -d /mnt/workspace ]; then
+  # ModelScope's cloud containers set MODELSCOPE_ENVIRONMENT (the modelscope library reads it; its Studio
+  # spaces set "studio"), and its notebook instances keep the persistent workspace in /mnt/workspace.
+  platform=ModelScope
 else
-  echo "torch: not found, installing it"
-  "$py" -m pip install -q torch
+  platform="this machine"
 fi
+echo "setting up the FlashAttention course on $platform with $py"
 
-if have triton; then
-  echo "triton: keeping the installed $("$py" -c 'import triton; print(triton.__version__)')"
+# torch: keep whatever is there.
+if [ -z "$(ask missing torch)" ]; then
+  echo "torch $(ask version torch): installed, kept as it is"
+elif [ "$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "torch: not installed; no NVIDIA driver here, so the CPU build (the course runs on the Triton interpreter)"
+  pip_install torch torch --index-url https://download.pytorch.org/whl/cpu
 else
-  echo "triton: not found, installing it"
-  "$py" -m pip install -q triton
+  echo "torch: not installed, installing it"
+  pip_install torch torch
 fi
 
-missing=()
-for mod in numpy matplotlib ipywidgets tqdm; do
-  have "$mod" || missing+=("$mod")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing: ${missing[*]}"
-  "$py" -m pip install -q "${missing[@]}"
-fi
-
-if "$py" -c "import grader, pathlib, sys; sys.exit(0 if pathlib.Path(grader.__file__).resolve().parent.parent == pathlib.Path('$here') else 1)" >/dev/null 2>&1; then
-  echo "grader: already installed from $here"
+# triton: the version torch pins, when it pins one (CUDA builds do; CPU builds don't).
+read -r pin_dist pin_version <<<"$(ask triton-pin)" || true
+triton_dist="${pin_dist:-triton}"
+if ! triton_version="$(ask version "$triton_dist")"; then
+  if [ -n "${pin_version:-}" ]; then
+    echo "triton: not installed; torch pins $triton_dist==$pin_version, installing that"
+    pip_install "$triton_dist" "$triton_dist==$pin_version"
+  elif [ "$(uname -s)" != Linux ]; then
+    echo "triton: not installed, and triton publishes wheels for Linux only. Run the course on Colab, ModelScope,"
+    echo "  Linux or WSL (Windows)."
+  else
+    echo "triton: not installed and torch pins none (a CPU build of torch), installing the latest"
+    pip_install triton triton
+  fi
+elif [ -n "${pin_version:-}" ] && [ "$triton_version" != "$pin_version" ]; then
+  echo "triton $triton_version: MISMATCH. torch $(ask version torch) was built for $triton_dist==$pin_version;"
+  echo "  kernels may fail to compile or crash. This script leaves it as it is; to fix it, run"
+  echo "    $py -m pip install $triton_dist==$pin_version"
+  echo "  and restart the kernel."
 else
-  echo "grader: installing from $here"
-  "$py" -m pip install -q --no-deps -e "$here"
+  echo "triton $triton_version: installed, kept as it is${pin_version:+ (the version torch pins)}"
 fi
-echo "ready: open notebooks/00_setup.ipynb"
+
+# The rest of the course's dependencies, and setuptools to install the grader without a network.
+missing="$(ask missing numpy matplotlib ipywidgets tqdm setuptools)"
+if [ -n "$missing" ]; then
+  echo "missing: $missing, installing"
+  # shellcheck disable=SC2086  # module names, split on purpose
+  pip_install "$missing" $missing
+else
+  echo "numpy, matplotlib, ipywidgets, tqdm: already installed"
+fi
+
+if [ "$(ask grader-root 2>/dev/null || true)" = "$here" ]; then
+  echo "grader: installed from $here"
+else
+  echo "grader: installing it from $here (editable: edits to the checkout take effect on a kernel restart)"
+  pip_install grader --no-deps --no-build-isolation -e "$here"
+fi
+
+case "$platform" in
+  Colab) echo "Colab: widgets need Colab's custom widget manager; each notebook's first cell turns it on" ;;
+  *) if [[ "$installed " == *" ipywidgets "* ]]; then
+       echo "ipywidgets was just installed: reload the Jupyter page in your browser so that widgets show"
+     fi ;;
+esac
+if [ -n "$installed" ]; then
+  echo "done: installed$installed"
+else
+  echo "done: everything was already installed, nothing changed"
+fi
+echo "next: open notebooks/00_setup.ipynb"

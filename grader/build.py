@@ -1,12 +1,18 @@
 """Generate the learner notebooks (notebooks/) from the instructor notebooks (solutions/).
 
-    python -m grader.build           # write notebooks/
-    python -m grader.build --check   # exit 1 if notebooks/ has drifted from solutions/
+    python -m grader.build                       # write notebooks/
+    python -m grader.build --check               # exit 1 if notebooks/ has drifted from solutions/
+    python -m grader.build --sync-setup-cells    # rewrite the first code cell of every solution to the setup cell
 
 Each `### BEGIN SOLUTION [label]` … `### END SOLUTION` region becomes `raise NotImplementedError("TODO: label")`
 at the marker's indentation (the comment above the region, which both versions keep, says what to write).
 Outputs are stripped; cells tagged `raises-in-learner` and cells whose stub raises at top level get nbval's
 `raises-exception` tag; cells tagged `solution-only` are dropped. No line of a solution region may survive.
+
+The first code cell of every notebook is the setup cell that `setup_cell()` renders from the repository URL in
+pyproject.toml (`[tool.flash-attention-course] repository`): opened on its own (Colab's "open from GitHub"), a
+notebook clones the course and runs colab_setup.sh. The build refuses a solution whose first code cell differs;
+`--sync-setup-cells [NAME ...]` rewrites them (all solutions, or those whose file name starts with a NAME).
 """
 
 from __future__ import annotations
@@ -29,6 +35,96 @@ _TRIVIAL = re.compile(r"^[\s()\[\]{}:,.]*$")
 
 class BuildError(Exception):
     pass
+
+
+PYPROJECT_TABLE = "flash-attention-course"  # [tool.flash-attention-course] in pyproject.toml
+REPOSITORY_ENV = "FA_COURSE_REPO"  # overrides the URL when a notebook sets itself up (the tests use a local copy)
+SETUP_CELL = """\
+# Setup. Where the course is not installed (this notebook opened on its own, e.g. on Colab), fetch it with git and
+# run its colab_setup.sh, which installs only what is missing. Then check the machine: GPU or Triton interpreter.
+import os, subprocess, sys
+try:
+    import grader
+except ImportError:
+    def sh(*cmd):  # run a command, show what it printed, stop if it failed
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
+        print(r.stdout + r.stderr, end="")
+        r.check_returncode()
+    repo = os.environ.get("@ENV@", "@REPOSITORY@")
+    course = os.path.abspath(os.path.basename(repo.rstrip("/")).removesuffix(".git"))
+    if os.path.isfile("../colab_setup.sh"):  # this notebook is in notebooks/ of a checkout: set that one up
+        course = os.path.abspath("..")
+    elif not os.path.isdir(course):
+        sh("git", "clone", "--depth", "1", repo, course)
+    sh("bash", os.path.join(course, "colab_setup.sh"))
+    sys.path.insert(0, course)  # a running kernel does not see the new install
+    import grader
+if "google.colab" in sys.modules:  # Colab draws widgets only through its custom widget manager
+    from google.colab import output
+    output.enable_custom_widget_manager()
+env = grader.setup()"""
+
+
+def repository_url(root: Path) -> str | None:
+    """The course's git URL from root/pyproject.toml; None when there is no pyproject.toml (a scratch root)."""
+    path = Path(root) / "pyproject.toml"
+    if not path.exists():
+        return None
+    text = path.read_text(encoding="utf-8")
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the one key, read by hand
+        m = re.search(rf'^\[tool\.{re.escape(PYPROJECT_TABLE)}\][^\[]*?^repository\s*=\s*"([^"]+)"', text, re.M | re.S)
+        url = m.group(1) if m else None
+    else:
+        url = tomllib.loads(text).get("tool", {}).get(PYPROJECT_TABLE, {}).get("repository")
+    if not url:
+        raise BuildError(f"{path}: no [tool.{PYPROJECT_TABLE}] repository = \"https://github.com/...\" "
+                         "(the URL the notebooks clone the course from)")
+    return url
+
+
+def setup_cell(repository: str) -> str:
+    """The source of the first code cell of every notebook."""
+    return SETUP_CELL.replace("@ENV@", REPOSITORY_ENV).replace("@REPOSITORY@", repository)
+
+
+def colab_url(repository: str, notebook: str, branch: str = "main") -> str:
+    """Colab's "open from GitHub" address of notebooks/<notebook> (for the README's badges)."""
+    m = re.fullmatch(r"https://github\.com/([^/]+/[^/]+?)(?:\.git)?/?", repository)
+    if not m:
+        raise BuildError(f"not a GitHub repository URL: {repository}")
+    return f"https://colab.research.google.com/github/{m.group(1)}/blob/{branch}/notebooks/{notebook}"
+
+
+def _first_code_cell(nb: dict, where: str) -> dict:
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            return cell
+    raise BuildError(f"{where}: no code cell (the first one must be the setup cell)")
+
+
+def has_setup_cell(nb: dict, where: str, expected: str) -> bool:
+    """Whether the notebook's first code cell is the setup cell."""
+    return _src(_first_code_cell(nb, where)).rstrip() == expected.rstrip()
+
+
+def sync_setup_cells(solutions: Path, expected: str, names: list[str] | None = None) -> list[Path]:
+    """Rewrite the first code cell of the solutions (all, or those whose name starts with one of names)."""
+    changed = []
+    for sol in sorted(Path(solutions).glob("*.ipynb")):
+        if names and not any(sol.name.startswith(n) for n in names):
+            continue
+        text = sol.read_text(encoding="utf-8")
+        nb = json.loads(text)
+        if has_setup_cell(nb, f"solutions/{sol.name}", expected):
+            continue
+        cell = _first_code_cell(nb, f"solutions/{sol.name}")
+        cell["source"] = expected.splitlines(keepends=True) if isinstance(cell.get("source"), list) else expected
+        sort_keys = json.dumps(json.loads(text), indent=1, ensure_ascii=False, sort_keys=True) + "\n" == text
+        sol.write_text(json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=sort_keys) + "\n", encoding="utf-8")
+        changed.append(sol)
+    return changed
 
 
 def _src(cell) -> str:
@@ -119,12 +215,19 @@ def dumps(nb: dict) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def build(solutions: Path, notebooks: Path) -> dict[Path, str]:
-    """Map of learner notebook path -> its text."""
-    result = {}
+def build(solutions: Path, notebooks: Path, setup: str | None = None) -> dict[Path, str]:
+    """Map of learner notebook path -> its text. With setup, every first code cell must be that source."""
+    result, stale = {}, []
     for sol in sorted(solutions.glob("*.ipynb")):
         nb = json.loads(sol.read_text(encoding="utf-8"))
+        if setup is not None and not has_setup_cell(nb, f"solutions/{sol.name}", setup):
+            stale.append(sol)
         result[notebooks / sol.name] = dumps(learner_notebook(nb, f"solutions/{sol.name}"))
+    if stale:
+        names = ", ".join(f"solutions/{p.name}" for p in stale)
+        short = " ".join(p.stem.split("_")[0] for p in stale)
+        raise BuildError(f"{names}: the first code cell is not the course's setup cell (grader/build.py, "
+                         f"SETUP_CELL); run `python -m grader.build --sync-setup-cells {short}`, then the build")
     return result
 
 
@@ -134,10 +237,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader.build", description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="fail if notebooks/ differs from what would be built")
     p.add_argument("--root", type=Path, default=repo_root(), help="course root holding solutions/ and notebooks/")
+    p.add_argument("--sync-setup-cells", nargs="*", metavar="NAME",
+                   help="rewrite the first code cell of the solutions (all, or those whose file name starts with a "
+                        "NAME, e.g. 03) to the setup cell rendered from pyproject.toml's repository URL, then stop")
     args = p.parse_args(argv)
     solutions, notebooks = args.root / "solutions", args.root / "notebooks"
     try:
-        wanted = build(solutions, notebooks)
+        url = repository_url(args.root)
+        setup = setup_cell(url) if url else None
+        if args.sync_setup_cells is not None:
+            if setup is None:
+                raise BuildError(f"{args.root / 'pyproject.toml'} not found: no repository URL to render the cell")
+            changed = sync_setup_cells(solutions, setup, args.sync_setup_cells)
+            for path in changed:
+                print(f"setup cell rewritten: {path.relative_to(args.root)}")
+            print(f"{len(changed)} solution(s) changed; now run `python -m grader.build`" if changed
+                  else "every setup cell is up to date")
+            return 0
+        wanted = build(solutions, notebooks, setup)
     except BuildError as e:
         print(f"build failed: {e}", file=sys.stderr)
         return 2

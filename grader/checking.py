@@ -91,9 +91,6 @@ class CheckResult:
     def __str__(self) -> str:
         return reports.format_check(self)
 
-    def _repr_html_(self) -> str:
-        return reports.html_check(self)
-
     def __repr__(self) -> str:
         return f"CheckResult({self.exercise!r}, passed={self.passed}, {self.n_passed}/{len(self.cases)} cases)"
 

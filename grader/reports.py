@@ -1,8 +1,7 @@
-"""Readable reports: plain text everywhere (terminals, nbval, logs), an HTML table where a notebook renders it."""
+"""Readable reports: plain monospace text, the same in a notebook, a terminal, nbval and a log."""
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -70,26 +69,6 @@ def _verdict(r: CheckResult) -> str:
     return f"FAILED: {n}/{total} cases pass{extra}. Replay these exact inputs with seed={r.seed}."
 
 
-def html_check(r: CheckResult) -> str:
-    color = {"PASS": "#1a7f37", "FAIL": "#cf222e", "NOT ATTEMPTED": "#9a6700"}
-    cells = []
-    for c in r.cases:
-        detail = "".join(f"<div>• {html.escape(p)}</div>" for p in c.problems)
-        detail += "".join(f"<div><i>hint:</i> {html.escape(h)}</div>" for h in dict.fromkeys(c.hints))
-        cells.append(
-            f"<tr><td>{c.index}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.shapes)}</td>"
-            f"<td>{c.dtype}</td><td>{_num(c.max_abs)}</td><td>{_num(c.rel_err)}</td><td>{_tol(c.tol)}</td>"
-            f"<td style='color:{color[c.status]};font-weight:bold'>{_MARK[c.status]}</td></tr>"
-            + (f"<tr><td></td><td colspan=7 style='text-align:left'>{detail}</td></tr>" if detail else ""))
-    hints = "".join(f"<p><i>hint:</i> {html.escape(h)}</p>" for h in r.hints)
-    verdict_color = color["PASS"] if r.passed else color["FAIL"]
-    return (f"<div><b>{html.escape(r.exercise)}</b> — {html.escape(r.title)}<br>"
-            f"<small>graded on {html.escape(r.environment)} · seed {r.seed}</small>"
-            "<table><tr><th>#</th><th>case</th><th>shapes</th><th>dtype</th><th>max|err|</th><th>rel err</th>"
-            f"<th>atol/rtol</th><th>result</th></tr>{''.join(cells)}</table>{hints}"
-            f"<p style='color:{verdict_color};font-weight:bold'>{html.escape(_verdict(r))}</p></div>")
-
-
 def show(r: CheckResult) -> None:
-    """Print the text report (the HTML form is the result's _repr_html_)."""
+    """Print the report (check() returns the result too, whose repr is a one-line summary)."""
     print(format_check(r))

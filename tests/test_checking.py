@@ -132,9 +132,10 @@ def test_progress_survives_in_json():
     assert "naive_attention" in progress.table()
 
 
-def test_html_report_renders():
+def test_report_is_printed_once_and_the_result_summarises():
     r = _check(lambda q, k, v, **kw: None)
-    assert "<table>" in r._repr_html_() and "FAIL" in r._repr_html_()
+    assert repr(r).startswith("CheckResult('naive_attention', passed=False")
+    assert "\n" not in repr(r)
 
 
 def test_grading_the_reference_is_not_progress():

@@ -1,0 +1,894 @@
+"""Pictures of the algorithm you can play with: ipywidgets + matplotlib, with static fallbacks.
+
+    from grader import visuals
+    visuals.tile_walker()          # the K/V tiles one program visits, in order, with its running m, l and alpha
+    visuals.softmax_stepper()      # one row of scores consumed block by block: m, l, partial output, final check
+    visuals.sram_explorer()        # shared memory of a tile configuration against the limits of common GPUs
+    visuals.benchmark_explorer()   # saved results of `python -m grader.suite`, as plots
+
+In a notebook whose kernel can talk to widgets (JupyterLab, Notebook 7, VS Code, Colab) each call returns an
+ipywidgets widget: sliders, dropdowns and a play button redraw the picture. Everywhere else each returns a static
+matplotlib Figure of the same picture and never raises: when FA_COURSE_STATIC_VISUALS=1 (the test suite sets it,
+so nbval runs take the static path), in a plain script or terminal IPython, or without ipywidgets. Pass
+`interactive=True` or `False` to choose. A widget also carries a PNG of its picture, which front ends without a
+widget manager (nbviewer, GitHub, nbconvert) show instead of the controls.
+
+The numbers behind every picture come from small functions you can call and test yourself: `tile_grid` and
+`tile_walk` (tiles, their classes, the per-step online-softmax state of one query block), `online_softmax_steps`,
+`attention_smem_bytes` with the `GPU_SMEM_LIMITS` table, and `load_benchmark_results`.
+
+The widgets' CSS classes start with `fac-` (fac-tile-walker, fac-status, fac-step, ...), never `fa-`, which is
+Font Awesome's prefix: JupyterLab would draw icons into them.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STATIC_ENV = "FA_COURSE_STATIC_VISUALS"
+
+__all__ = [
+    "STATIC_ENV", "widgets_available",
+    "FULL", "MASKED", "SKIPPED", "Tile", "WalkStep", "TileWalk", "tile_grid", "tile_walk", "tile_walker",
+    "SoftmaxStep", "online_softmax_steps", "softmax_stepper",
+    "DTYPE_BYTES", "GPU_SMEM_LIMITS", "attention_smem_bytes", "smem_limits", "sram_explorer",
+    "BENCHMARK_PATHS", "load_benchmark_results", "benchmark_explorer",
+]
+
+
+# ============================================================================================ front end detection
+def widgets_available() -> bool:
+    """True when widgets can render here: ipywidgets importable, running in a Jupyter kernel, not forced static."""
+    if os.environ.get(STATIC_ENV, "").strip().lower() not in ("", "0", "false", "no"):
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    # A kernel (ipykernel) has a .kernel with comms; terminal IPython and plain Python do not.
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _interactive(flag: bool | None) -> bool:
+    return widgets_available() if flag is None else bool(flag)
+
+
+# ============================================================================================ drawing helpers
+def _figure(w: float, h: float):
+    """A Figure outside pyplot: never auto-shown twice by the inline backend, safe without a display."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(w, h), layout="constrained")
+
+
+def _static(fig):
+    """The static fallback: a Figure that IPython front ends show as a PNG even without the inline backend."""
+    fig._repr_png_ = lambda: _png(fig)
+    return fig
+
+
+def _png(fig, dpi: int = 96) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if math.isinf(x):
+        return "−∞" if x < 0 else "∞"
+    return f"{x:.{digits}f}"
+
+
+_PANEL_CLASS = None
+
+
+def _panel(children, render_png, css_class: str):
+    """A VBox that also offers a PNG of its current picture (shown by front ends without a widget manager)."""
+    global _PANEL_CLASS
+    import ipywidgets as W
+
+    if _PANEL_CLASS is None:
+        class VisualPanel(W.VBox):
+            def _repr_mimebundle_(self, **kwargs):
+                data = super()._repr_mimebundle_(**kwargs)
+                if data is not None and self.render_png is not None:
+                    try:
+                        import base64
+
+                        data["image/png"] = base64.b64encode(self.render_png()).decode("ascii")
+                    except Exception:  # noqa: BLE001 - the widget itself is what matters
+                        pass
+                return data
+
+        _PANEL_CLASS = VisualPanel
+    box = _PANEL_CLASS(children=children)
+    box.render_png = render_png
+    box.add_class("fac-visual")
+    box.add_class(css_class)
+    return box
+
+
+# ============================================================================================ tiles
+FULL, MASKED, SKIPPED = "full", "masked", "skipped"
+_TILE_COLOURS = {FULL: "#93d3a2", MASKED: "#f7b36b", SKIPPED: "#e4e4e4"}
+_ROW_COLOURS = ["tab:purple", "#008b8b", "tab:brown", "#c71585", "tab:olive", "tab:gray"]
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One BLOCK_M × BLOCK_N tile of the score matrix, as one program of the kernel sees it.
+
+    kind: FULL (every score of the padded tile is real and visible: no mask needed), MASKED (some are not: the tile
+    sticks out past Nq or Nk, `ragged`, or the causal diagonal crosses it, `causal_masked`) or SKIPPED (no score is
+    visible: under a causal mask the kernel does not even load it).
+    """
+
+    q_block: int
+    k_block: int
+    row_start: int
+    row_stop: int  # exclusive, clipped to Nq
+    col_start: int
+    col_stop: int  # exclusive, clipped to Nk
+    kind: str
+    ragged: bool
+    causal_masked: bool
+
+
+def tile_grid(n_q: int, n_k: int, block_m: int, block_n: int, causal: bool = False) -> list[list[Tile]]:
+    """All tiles, [q_block][k_block], classified in closed form (SDPA's top-left causal convention: j <= i)."""
+    if min(n_q, n_k, block_m, block_n) < 1:
+        raise ValueError(f"n_q, n_k, block_m and block_n must be >= 1, got {n_q}, {n_k}, {block_m}, {block_n}")
+    grid = []
+    for i in range(math.ceil(n_q / block_m)):
+        r0, r1 = i * block_m, min(n_q, (i + 1) * block_m)
+        row = []
+        for j in range(math.ceil(n_k / block_n)):
+            c0, c1 = j * block_n, min(n_k, (j + 1) * block_n)
+            ragged = r0 + block_m > n_q or c0 + block_n > n_k
+            skipped = causal and c0 > r1 - 1            # the first key is right of the last row's diagonal
+            causal_masked = causal and not skipped and c1 - 1 > r0   # the last key is hidden from the first row
+            kind = SKIPPED if skipped else MASKED if (ragged or causal_masked) else FULL
+            row.append(Tile(i, j, r0, r1, c0, c1, kind, ragged, causal_masked))
+        grid.append(row)
+    return grid
+
+
+@dataclass
+class WalkStep:
+    """The state of the tracked rows after the program has processed one more K/V tile."""
+
+    index: int  # 1-based: the state after `index` tiles
+    tile: Tile
+    m_old: np.ndarray  # running max before this tile, per tracked row
+    tile_max: np.ndarray  # max of this tile's visible scores, per tracked row (-inf if none)
+    m: np.ndarray  # running max after this tile
+    alpha: np.ndarray  # exp(m_old - m): how much the old l and accumulator shrink (0 for the first tile)
+    ell: np.ndarray  # running sum l after this tile
+
+
+@dataclass
+class TileWalk:
+    n_q: int
+    n_k: int
+    block_m: int
+    block_n: int
+    causal: bool
+    q_block: int
+    grid: list[list[Tile]]
+    rows: np.ndarray  # the tracked query rows (absolute indices)
+    steps: list[WalkStep]
+    max_error: float  # max |online-softmax output - softmax(S) V| over the whole query block, fp64
+    scores: np.ndarray = field(repr=False)  # (n_q, n_k) fp64 scores (masked entries -inf)
+
+    @property
+    def visited(self) -> list[Tile]:
+        return [s.tile for s in self.steps]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        row = self.grid[self.q_block]
+        return {k: sum(t.kind == k for t in row) for k in (FULL, MASKED, SKIPPED)}
+
+
+def _tracked_rows(r0: int, r1: int, n: int) -> np.ndarray:
+    return np.unique(np.round(np.linspace(r0, r1 - 1, min(n, r1 - r0))).astype(int))
+
+
+def tile_walk(n_q: int = 200, n_k: int = 300, block_m: int = 64, block_n: int = 64, causal: bool = False,
+              q_block: int = 0, seed: int = 0, d: int = 16, n_rows: int = 4) -> TileWalk:
+    """Run the FlashAttention loop of one program (query block `q_block`) on random fp64 data, step by step.
+
+    The program visits the K/V tiles of its block row left to right, skipping SKIPPED ones; after every tile we
+    record, for `n_rows` rows of the block, the running max m, the rescale factor alpha and the running sum l.
+    """
+    grid = tile_grid(n_q, n_k, block_m, block_n, causal)
+    q_block = max(0, min(int(q_block), len(grid) - 1))
+    rng = np.random.default_rng(seed)
+    q, k, v = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d)), rng.standard_normal((n_k, d))
+    s = (q @ k.T) / math.sqrt(d)
+    if causal:
+        s = np.where(np.arange(n_k)[None, :] <= np.arange(n_q)[:, None], s, -np.inf)
+    r0, r1 = grid[q_block][0].row_start, grid[q_block][0].row_stop
+    rows = _tracked_rows(r0, r1, n_rows)
+    block_rows = np.arange(r0, r1)
+    m = np.full(len(block_rows), -np.inf)
+    ell = np.zeros(len(block_rows))
+    acc = np.zeros((len(block_rows), d))
+    pick = rows - r0
+    steps = []
+    with np.errstate(invalid="ignore"):
+        for tile in grid[q_block]:
+            if tile.kind == SKIPPED:
+                continue
+            st = s[r0:r1, tile.col_start:tile.col_stop]
+            tile_max = st.max(axis=1)
+            m_new = np.maximum(m, tile_max)
+            alpha = np.where(np.isneginf(m), 0.0, np.exp(m - m_new))
+            p = np.where(np.isneginf(st), 0.0, np.exp(st - m_new[:, None]))
+            ell_new = alpha * ell + p.sum(axis=1)
+            acc = alpha[:, None] * acc + p @ v[tile.col_start:tile.col_stop]
+            steps.append(WalkStep(len(steps) + 1, tile, m[pick].copy(), tile_max[pick].copy(), m_new[pick].copy(),
+                                  alpha[pick].copy(), ell_new[pick].copy()))
+            m, ell = m_new, ell_new
+    out = acc / ell[:, None]
+    sb = s[r0:r1]
+    w = np.exp(sb - sb.max(axis=1, keepdims=True))
+    ref = (w / w.sum(axis=1, keepdims=True)) @ v
+    return TileWalk(n_q, n_k, block_m, block_n, causal, q_block, grid, rows, steps,
+                    float(np.abs(out - ref).max()), s)
+
+
+def _draw_tiles(ax, walk: TileWalk, step: int) -> None:
+    from matplotlib.patches import Rectangle
+
+    bm, bn = walk.block_m, walk.block_n
+    n_qb, n_kb = len(walk.grid), len(walk.grid[0])
+    order = {(t.q_block, t.k_block): n for n, t in enumerate(walk.visited, 1)}
+    current = walk.steps[step - 1].tile if walk.steps else None
+    label_tiles = n_kb <= 24 and n_qb <= 24
+    for row in walk.grid:
+        mine = row[0].q_block == walk.q_block
+        for t in row:
+            x, y = t.k_block * bn, t.q_block * bm
+            n = order.get((t.q_block, t.k_block))
+            done = mine and n is not None and n <= step
+            fade = 1.0 if done else 0.55 if mine else 0.22
+            hatch = "//" if t.kind == SKIPPED else None
+            ax.add_patch(Rectangle((x, y), bn, bm, facecolor="none", edgecolor="0.75", linewidth=0.5,
+                                   linestyle=":"))  # the padded tile the kernel works on
+            ax.add_patch(Rectangle((t.col_start, t.row_start), t.col_stop - t.col_start, t.row_stop - t.row_start,
+                                   facecolor=_TILE_COLOURS[t.kind], alpha=fade, hatch=hatch, edgecolor="white",
+                                   linewidth=1.0))
+            if mine and label_tiles:
+                text = str(n) if n is not None else "skip"
+                ax.text(t.col_start + (t.col_stop - t.col_start) / 2, t.row_start + (t.row_stop - t.row_start) / 2,
+                        text, ha="center", va="center", fontsize=8 if n is not None else 7,
+                        fontweight="bold" if done else "normal", color="black" if done else "0.45")
+    r0 = walk.grid[walk.q_block][0].row_start
+    ax.add_patch(Rectangle((0, r0), walk.n_k, walk.grid[walk.q_block][0].row_stop - r0, facecolor="none",
+                           edgecolor="tab:blue", linewidth=2.2))
+    if current is not None:
+        ax.add_patch(Rectangle((current.col_start, current.row_start), current.col_stop - current.col_start,
+                               current.row_stop - current.row_start, facecolor="none", edgecolor="tab:red",
+                               linewidth=2.6))
+    for n, r in enumerate(walk.rows):
+        ax.plot([0, walk.n_k], [r + 0.5, r + 0.5], color=_ROW_COLOURS[n % len(_ROW_COLOURS)], linewidth=0.9)
+    if walk.causal:
+        end = min(walk.n_q, walk.n_k - 1)
+        ax.plot([1, end + 1], [0, end], color="black", linewidth=1.0, linestyle="--")
+    ax.set_xlim(-1, n_kb * bn + 1)
+    ax.set_ylim(n_qb * bm + 1, -1)
+    ratio = (n_qb * bm) / (n_kb * bn)
+    ax.set_aspect("equal" if 0.25 < ratio < 4 else "auto")
+    ax.set_xlabel(f"key index j  (Nk = {walk.n_k}, BLOCK_N = {bn})", fontsize=9)
+    ax.set_ylabel(f"query index i  (Nq = {walk.n_q}, BLOCK_M = {bm})", fontsize=9)
+    ax.tick_params(labelsize=8)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=_TILE_COLOURS[FULL], label="full: no mask"),
+               Patch(facecolor=_TILE_COLOURS[MASKED], label="masked: ragged edge or diagonal")]
+    if walk.causal:
+        handles.append(Patch(facecolor=_TILE_COLOURS[SKIPPED], hatch="//", label="skipped: nothing visible"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), fontsize=7.5,
+              frameon=False)
+
+
+def _draw_walk_curves(ax_m, ax_a, walk: TileWalk, step: int) -> None:
+    xs = np.arange(1, len(walk.steps) + 1)
+    for n, r in enumerate(walk.rows):
+        c = _ROW_COLOURS[n % len(_ROW_COLOURS)]
+        ms = np.array([s.m[n] for s in walk.steps])
+        al = np.array([s.alpha[n] for s in walk.steps])
+        ax_m.plot(xs, ms, "-", color=c, alpha=0.25)
+        ax_m.plot(xs[:step], ms[:step], "o-", color=c, ms=4, label=f"row {r}")
+        ax_a.plot(xs, al, "-", color=c, alpha=0.25)
+        ax_a.plot(xs[:step], al[:step], "s-", color=c, ms=4)
+    for ax in (ax_m, ax_a):
+        ax.axvline(step, color="tab:red", linewidth=1.2, alpha=0.6)
+        ax.grid(True, alpha=0.3)
+        ax.tick_params(labelsize=8)
+        ax.set_xlim(0.5, max(1, len(walk.steps)) + 0.5)
+        ax.set_xticks(xs if len(xs) <= 20 else xs[:: math.ceil(len(xs) / 20)])
+    ax_m.set_ylabel("running max m", fontsize=9)
+    ax_m.legend(fontsize=7, loc="lower right")
+    ax_a.set_ylabel(r"$\alpha = e^{m_{old} - m_{new}}$", fontsize=9)
+    ax_a.set_ylim(-0.05, 1.08)
+    ax_a.set_xlabel("step (K/V tiles processed)", fontsize=9)
+
+
+def _walk_figure(walk: TileWalk, step: int):
+    fig = _figure(12, 5.2)
+    gs = fig.add_gridspec(2, 2, width_ratios=[1.6, 1])
+    ax = fig.add_subplot(gs[:, 0])
+    _draw_tiles(ax, walk, step)
+    _draw_walk_curves(fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, 1]), walk, step)
+    t = walk.steps[step - 1].tile
+    c = walk.counts
+    ax.set_title(f"program {walk.q_block} (blue): step {step} of {len(walk.steps)}, K/V tile {t.k_block} "
+                 f"(red, {t.kind})\n{c[FULL]} full, {c[MASKED]} masked"
+                 + (f", {c[SKIPPED]} skipped" if walk.causal else ""), fontsize=10)
+    return fig
+
+
+def _walk_status(walk: TileWalk, step: int) -> str:
+    s = walk.steps[step - 1]
+    t = s.tile
+    why = []
+    if t.ragged:
+        why.append("sticks out past " + ("Nq and Nk" if (t.row_stop - t.row_start < walk.block_m and
+                                                       t.col_stop - t.col_start < walk.block_n)
+                                         else "Nq" if t.row_stop - t.row_start < walk.block_m else "Nk"))
+    if t.causal_masked:
+        why.append("the causal diagonal crosses it")
+    kind = t.kind + (f" ({'; '.join(why)})" if why else " (every score visible: no mask)")
+    head = (f"<div class='fac-status'><b>program {walk.q_block}</b> (query rows {t.row_start}–{t.row_stop - 1}) · "
+            f"<b>step {s.index} of {len(walk.steps)}</b>: K/V tile {t.k_block}, keys {t.col_start}–{t.col_stop - 1}"
+            f" · {html.escape(kind)}</div>")
+    pad = "style='padding:1px 10px;text-align:right'"
+    cells = "".join(
+        f"<tr><td {pad}>{r}</td><td {pad}>{_fmt(s.m_old[n])}</td><td {pad}>{_fmt(s.tile_max[n])}</td>"
+        f"<td {pad}><b>{_fmt(s.m[n])}</b></td><td {pad}><b>{_fmt(s.alpha[n])}</b></td><td {pad}>{_fmt(s.ell[n])}</td>"
+        "</tr>" for n, r in enumerate(walk.rows))
+    header = "".join(f"<th {pad}>{h}</th>" for h in ("row", "m_old", "tile max", "m_new", "alpha", "l"))
+    table = ("<table class='fac-table' style='border-collapse:collapse;font-family:monospace;font-size:12px'>"
+             f"<tr>{header}</tr>{cells}</table>")
+    foot = ""
+    if s.index == len(walk.steps):
+        foot = (f"<div>last tile done: O = acc / l for the whole query block differs from softmax(S)·V by "
+                f"<b>{walk.max_error:.1e}</b> (fp64)</div>")
+    elif s.index == 1:
+        foot = "<div>first tile: m_old = −∞, so alpha = 0 and l is simply this tile's row sum</div>"
+    return head + table + foot
+
+
+def tile_walker(n_q: int = 200, n_k: int = 300, block_m: int = 64, block_n: int = 64, causal: bool = False,
+                seed: int = 0, q_block: int = 1, step: int | None = None, interactive: bool | None = None):
+    """The score matrix cut into BLOCK_M × BLOCK_N tiles, and the order in which one program visits them.
+
+    Blue: the query block of the chosen program; red: the tile it processes at the current step; tiles are
+    full (no mask), masked (ragged edge or causal diagonal) or skipped (causal, nothing visible). Right: the
+    running max m and the rescale factor alpha = exp(m_old - m_new) of a few rows of the block, step by step,
+    computed on random data. Returns an ipywidgets widget, or a matplotlib Figure of `step` (default: the last)
+    where widgets cannot render.
+    """
+    if not _interactive(interactive):
+        walk = tile_walk(n_q, n_k, block_m, block_n, causal, q_block, seed)
+        return _static(_walk_figure(walk, len(walk.steps) if step is None else max(1, min(step, len(walk.steps)))))
+    import ipywidgets as W
+
+    blocks = [16, 32, 64, 128]
+    style = {"description_width": "initial"}
+    w_nq = W.IntSlider(value=n_q, min=1, max=max(512, n_q), description="Nq", continuous_update=False)
+    w_nk = W.IntSlider(value=n_k, min=1, max=max(512, n_k), description="Nk", continuous_update=False)
+    w_bm = W.Dropdown(options=sorted(set(blocks + [block_m])), value=block_m, description="BLOCK_M",
+                      layout=W.Layout(width="160px"), style=style)
+    w_bn = W.Dropdown(options=sorted(set(blocks + [block_n])), value=block_n, description="BLOCK_N",
+                      layout=W.Layout(width="160px"), style=style)
+    w_causal = W.Checkbox(value=causal, description="causal", indent=False, layout=W.Layout(width="90px"))
+    w_qb = W.IntSlider(value=0, min=0, max=0, description="program (Q block)", style=style,
+                       layout=W.Layout(width="320px"))
+    w_step = W.IntSlider(value=1, min=1, max=1, description="step", layout=W.Layout(width="360px"))
+    w_step.add_class("fac-step")
+    w_play = W.Play(value=1, min=1, max=1, interval=900, description="play", show_repeat=False)
+    W.jslink((w_play, "value"), (w_step, "value"))
+    image = W.Image(format="png", layout=W.Layout(max_width="100%"))
+    status = W.HTML()
+    state: dict[str, Any] = {}
+
+    def redraw(*_):
+        walk = state["walk"]
+        k = max(1, min(w_step.value, len(walk.steps)))
+        image.value = _png(_walk_figure(walk, k))
+        status.value = _walk_status(walk, k)
+
+    def recompute(*_):
+        n_qb = math.ceil(w_nq.value / w_bm.value)
+        w_qb.max = n_qb - 1
+        walk = tile_walk(w_nq.value, w_nk.value, w_bm.value, w_bn.value, w_causal.value, w_qb.value, seed)
+        state["walk"] = walk
+        n, before = len(walk.steps), w_step.value
+        with w_step.hold_trait_notifications(), w_play.hold_trait_notifications():
+            w_play.max = w_step.max = n
+            if w_step.value > n:
+                w_step.value = n
+        if w_step.value == before:  # otherwise the step slider's observer has just redrawn
+            redraw()
+
+    w_qb.max = math.ceil(n_q / block_m) - 1
+    w_qb.value = max(0, min(q_block, w_qb.max))
+    for w in (w_nq, w_nk, w_bm, w_bn, w_causal, w_qb):
+        w.observe(recompute, names="value")
+    w_step.observe(redraw, names="value")
+    recompute()
+    if step is not None:
+        w_step.value = max(1, min(step, w_step.max))
+    controls = W.VBox([W.HBox([w_nq, w_nk, w_bm, w_bn, w_causal]), W.HBox([w_qb, w_play, w_step])])
+    box = _panel([controls, image, status], lambda: _png(_walk_figure(state["walk"], w_step.value)),
+                 "fac-tile-walker")
+    box.controls = dict(n_q=w_nq, n_k=w_nk, block_m=w_bm, block_n=w_bn, causal=w_causal, q_block=w_qb,
+                        step=w_step, play=w_play)
+    box.image, box.status = image, status
+    box.walk = lambda: state["walk"]
+    return box
+
+
+# ============================================================================================ online softmax
+@dataclass
+class SoftmaxStep:
+    """The state after consuming one more block of a score row."""
+
+    index: int  # 1-based
+    start: int
+    stop: int  # the block is row[start:stop]
+    block_max: float
+    m_old: float
+    m: float
+    alpha: float
+    ell: float  # the running sum l
+    acc: np.ndarray  # sum_c exp(s_c - m) v_c over the keys seen so far (unnormalised output)
+    o: np.ndarray  # acc / l: attention over the keys seen so far (nan while l == 0)
+
+
+def _default_row(n: int = 40, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(n) * 1.3 + np.linspace(0.0, 2.0, n)  # a drift: the max grows several times
+
+
+def online_softmax_steps(row, block: int = 8, v=None, seed: int = 0) -> tuple[list[SoftmaxStep], np.ndarray]:
+    """Consume `row` in blocks of `block` keeping (m, l, acc) in fp64; returns the steps and the values v."""
+    x = np.asarray(row, dtype=np.float64).reshape(-1)
+    if x.size == 0 or block < 1:
+        raise ValueError("the row must be non-empty and the block size >= 1")
+    if v is None:
+        v = np.random.default_rng(seed + 1).standard_normal((x.size, 4))
+    v = np.asarray(v, dtype=np.float64).reshape(x.size, -1)
+    m, ell, acc = -np.inf, 0.0, np.zeros(v.shape[1])
+    steps = []
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for n, start in enumerate(range(0, x.size, block), 1):
+            xb = x[start:start + block]
+            bmax = float(xb.max())
+            m_new = max(m, bmax)
+            alpha = 0.0 if math.isinf(m) and m < 0 else math.exp(m - m_new)
+            p = np.zeros_like(xb) if math.isinf(m_new) and m_new < 0 else np.exp(xb - m_new)
+            ell = alpha * ell + float(p.sum())
+            acc = alpha * acc + p @ v[start:start + block]
+            o = acc / ell if ell > 0 else np.full_like(acc, np.nan)
+            steps.append(SoftmaxStep(n, start, start + xb.size, bmax, m, m_new, alpha, ell, acc.copy(), o))
+            m = m_new
+    return steps, v
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    if np.isneginf(x).all():
+        return np.zeros_like(x)
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def _stepper_figure(x: np.ndarray, v: np.ndarray, steps: list[SoftmaxStep], k: int):
+    s = steps[k - 1]
+    fig = _figure(11, 5.6)
+    gs = fig.add_gridspec(2, 2, height_ratios=[1.15, 1], width_ratios=[2.2, 1])
+    ax, axp, axo = fig.add_subplot(gs[0, :]), fig.add_subplot(gs[1, 0]), fig.add_subplot(gs[1, 1])
+    idx = np.arange(x.size)
+    finite = np.where(np.isfinite(x), x, np.nan)
+    colour = np.where(idx < s.start, "tab:blue", np.where(idx < s.stop, "tab:orange", "0.8"))
+    ax.bar(idx, np.nan_to_num(finite, nan=0.0), color=colour, width=0.85)
+    for st in steps:
+        ax.axvline(st.start - 0.5, color="0.6", linewidth=0.6, linestyle=":")
+    if math.isfinite(s.m):
+        ax.axhline(s.m, color="tab:red", linewidth=1.6, label=f"m = {s.m:.3f}")
+    if math.isfinite(s.m_old):
+        ax.axhline(s.m_old, color="tab:red", linewidth=1.0, linestyle="--", alpha=0.6,
+                   label=f"m_old = {s.m_old:.3f}")
+    ax.set_title(f"step {k} of {len(steps)}: block {k - 1} = keys {s.start}–{s.stop - 1} (orange); "
+                 f"blue: already consumed; grey: not seen yet", fontsize=10)
+    ax.set_ylabel("score $s_c$", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, axis="y", alpha=0.3)
+    # the weights as the state sees them now, against the final softmax
+    seen = idx < s.stop
+    with np.errstate(invalid="ignore", over="ignore"):
+        w_now = np.where(seen & np.isfinite(x), np.exp(x - s.m) / s.ell if s.ell > 0 else 0.0, 0.0)
+    axp.bar(idx, w_now, color=np.where(seen, "tab:blue", "0.8"), width=0.85, label="exp(s − m) / l  (so far)")
+    axp.plot(idx, _softmax(x), "k.", ms=5, label="softmax(s) of the full row")
+    axp.set_xlabel("key c", fontsize=9)
+    axp.set_ylabel("weight", fontsize=9)
+    axp.legend(fontsize=7.5, loc="upper left")
+    axp.grid(True, axis="y", alpha=0.3)
+    o_ref = _softmax(x) @ v
+    dims = np.arange(v.shape[1])
+    axo.bar(dims - 0.18, np.nan_to_num(s.o), width=0.36, color="tab:blue", label="o = acc / l (so far)")
+    axo.bar(dims + 0.18, o_ref, width=0.36, color="0.3", label="softmax(s) · v")
+    axo.set_xticks(dims)
+    axo.set_xlabel("output component", fontsize=9)
+    axo.legend(fontsize=7.5)
+    axo.grid(True, axis="y", alpha=0.3)
+    for a in (ax, axp, axo):
+        a.tick_params(labelsize=8)
+    return fig
+
+
+def _stepper_status(x: np.ndarray, v: np.ndarray, steps: list[SoftmaxStep], k: int) -> str:
+    s = steps[k - 1]
+    o = ", ".join(_fmt(float(t)) for t in s.o)
+    rows = [("block max", _fmt(s.block_max)), ("m_old → m", f"{_fmt(s.m_old)} → {_fmt(s.m)}"),
+            ("alpha = exp(m_old − m)", _fmt(s.alpha) + ("  (first block: the empty state has weight 0)"
+                                                         if k == 1 else "  (the max grew: old terms shrink)"
+                                                         if s.alpha < 1 else "  (max unchanged)")),
+            ("l = alpha·l_old + Σ exp(s − m)", _fmt(s.ell)), ("o = acc / l", f"[{o}]")]
+    body = "".join(f"<tr><td style='padding:1px 12px 1px 0'>{html.escape(a)}</td><td><b>{html.escape(b)}</b></td></tr>"
+                   for a, b in rows)
+    out = (f"<div class='fac-status'><b>step {k} of {len(steps)}</b>: keys {s.start}–{s.stop - 1}</div>"
+           f"<table style='font-family:monospace;font-size:12px'>{body}</table>")
+    if k == len(steps):
+        p = _softmax(x)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p_online = np.where(np.isfinite(x), np.exp(x - s.m) / s.ell, 0.0) if s.ell > 0 else np.zeros_like(x)
+        out += (f"<div>all blocks consumed: max |exp(s − m)/l − softmax(s)| = {np.abs(p_online - p).max():.1e}, "
+                f"max |o − softmax(s)·v| = {np.nan_to_num(np.abs(s.o - p @ v), nan=np.inf).max():.1e}</div>")
+    return out
+
+
+def softmax_stepper(row=None, block: int = 8, step: int | None = None, seed: int = 0,
+                    interactive: bool | None = None):
+    """One row of scores consumed block by block: running max m, running sum l and the partial output o.
+
+    `row`: the scores (default: 40 random ones with a drift, so that the max grows several times); `v`, the value
+    vectors, are random (4 components). At the last step the weights and the output equal the full softmax's.
+    Returns an ipywidgets widget, or a matplotlib Figure of `step` (default: the last) where widgets cannot render.
+    """
+    x = _default_row(seed=seed) if row is None else np.asarray(row, dtype=np.float64).reshape(-1)
+    if not _interactive(interactive):
+        steps, v = online_softmax_steps(x, block, seed=seed)
+        return _static(_stepper_figure(x, v, steps, len(steps) if step is None else max(1, min(step, len(steps)))))
+    import ipywidgets as W
+
+    w_block = W.Dropdown(options=sorted({2, 4, 8, 16, block}), value=block, description="block",
+                         layout=W.Layout(width="150px"))
+    w_step = W.IntSlider(value=1, min=1, max=1, description="step", layout=W.Layout(width="360px"))
+    w_step.add_class("fac-step")
+    w_play = W.Play(value=1, min=1, max=1, interval=900, description="play", show_repeat=False)
+    W.jslink((w_play, "value"), (w_step, "value"))
+    image = W.Image(format="png", layout=W.Layout(max_width="100%"))
+    status = W.HTML()
+    state: dict[str, Any] = {}
+
+    def redraw(*_):
+        steps, v = state["steps"], state["v"]
+        k = max(1, min(w_step.value, len(steps)))
+        image.value = _png(_stepper_figure(x, v, steps, k))
+        status.value = _stepper_status(x, v, steps, k)
+
+    def recompute(*_):
+        steps, v = online_softmax_steps(x, w_block.value, seed=seed)
+        state.update(steps=steps, v=v)
+        before = w_step.value
+        with w_step.hold_trait_notifications(), w_play.hold_trait_notifications():
+            w_play.max = w_step.max = len(steps)
+            if w_step.value > len(steps):
+                w_step.value = len(steps)
+        if w_step.value == before:  # otherwise the step slider's observer has just redrawn
+            redraw()
+
+    w_block.observe(recompute, names="value")
+    w_step.observe(redraw, names="value")
+    recompute()
+    if step is not None:
+        w_step.value = max(1, min(step, w_step.max))
+    box = _panel([W.HBox([w_block, w_play, w_step]), image, status],
+                 lambda: _png(_stepper_figure(x, state["v"], state["steps"], w_step.value)), "fac-softmax-stepper")
+    box.controls = dict(block=w_block, step=w_step, play=w_play)
+    box.image, box.status = image, status
+    box.steps = lambda: state["steps"]
+    return box
+
+
+# ============================================================================================ shared memory
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+#: The most shared memory one thread block (one Triton program) may use, in bytes: CUDA's opt-in maximum per block
+#: (`cudaDevAttrMaxSharedMemoryPerBlockOptin`, torch's `shared_memory_per_block_optin`), 1 KiB below the SM's total.
+GPU_SMEM_LIMITS = {
+    "T4 (sm_75)": 64 * 1024,
+    "A10 / L4 (sm_86/89)": 99 * 1024,
+    "A100 (sm_80)": 163 * 1024,
+    "H100 / H200 (sm_90)": 227 * 1024,
+}
+
+
+def attention_smem_bytes(block_m: int, block_n: int, d: int, dtype_bytes: int, num_stages: int) -> int:
+    """Shared memory the attention kernel's tiles need, in bytes (the course's model).
+
+        bytes = dtype_bytes · D · (BLOCK_M + num_stages · 2 · BLOCK_N)
+
+    that is one Q tile (BLOCK_M × D) plus, for each of the num_stages pipeline buffers, one K tile and one V tile
+    (BLOCK_N × D each). D is the padded head dimension BLOCK_D. Triton's real allocation can differ by a buffer or
+    a layout-conversion scratch area; its "out of resource: shared memory, Required: …" message has the truth.
+    """
+    return int(dtype_bytes) * int(d) * (int(block_m) + int(num_stages) * 2 * int(block_n))
+
+
+def smem_limits(env=None) -> dict[str, int]:
+    """GPU_SMEM_LIMITS plus the GPU in use, when there is one (from grader's environment)."""
+    limits = dict(GPU_SMEM_LIMITS)
+    if env is None:
+        from . import environment
+
+        env = environment._ENV
+        if env is None:
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    env = environment.detect()
+            except Exception:  # noqa: BLE001 - a picture must not fail on a broken GPU setup
+                env = None
+    if env is not None and not getattr(env, "interpreter", True) and getattr(env, "shared_memory_per_block", None):
+        limits[f"this GPU: {env.gpu_name}"] = int(env.shared_memory_per_block)
+    return limits
+
+
+def _kib(b: float) -> str:
+    return f"{b / 1024:.0f} KiB" if b % 1024 == 0 else f"{b / 1024:.1f} KiB"
+
+
+def _sram_figure(block_m, block_n, d, dtype, num_stages, limits):
+    nbytes = DTYPE_BYTES[dtype]
+    q = nbytes * d * block_m
+    kv = nbytes * d * block_n * num_stages
+    need = attention_smem_bytes(block_m, block_n, d, nbytes, num_stages)
+    fig = _figure(10, 4.4)
+    ax = fig.add_subplot(1, 1, 1)
+    names = list(limits)
+    xs = np.arange(len(names)) + 1.3
+    fits = [limits[n] >= need for n in names]
+    ax.bar(xs, [limits[n] / 1024 for n in names], color=["#93d3a2" if f else "#f28b82" for f in fits], width=0.6)
+    for x, n, f in zip(xs, names, fits):
+        ax.text(x, limits[n] / 1024, f"{limits[n] // 1024} KiB\n{'fits' if f else 'would not launch'}",
+                ha="center", va="bottom", fontsize=8)
+    ax.bar([0], [q / 1024], width=0.6, color="tab:orange", label=f"Q tile {block_m}×{d}")
+    ax.bar([0], [kv / 1024], bottom=[q / 1024], width=0.6, color="tab:blue",
+           label=f"K tiles {num_stages}× {block_n}×{d}")
+    ax.bar([0], [kv / 1024], bottom=[(q + kv) / 1024], width=0.6, color="tab:purple",
+           label=f"V tiles {num_stages}× {block_n}×{d}")
+    ax.axhline(need / 1024, color="black", linestyle="--", linewidth=1)
+    ax.text(0, need / 1024, f"{_kib(need)}\n", ha="center", va="bottom", fontsize=9, fontweight="bold")
+    ax.set_xticks([0] + list(xs))
+    ax.set_xticklabels(["needed"] + names, fontsize=8)
+    ax.set_ylabel("shared memory per program, KiB", fontsize=9)
+    ax.set_ylim(0, max(max(limits.values()), need) / 1024 * 1.22)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title(f"BLOCK_M={block_m}, BLOCK_N={block_n}, D={d}, {dtype}, num_stages={num_stages}:  "
+                 f"{nbytes}·{d}·({block_m} + {num_stages}·2·{block_n}) = {need:,} bytes", fontsize=10)
+    return fig
+
+
+def _sram_status(block_m, block_n, d, dtype, num_stages, limits) -> str:
+    nbytes = DTYPE_BYTES[dtype]
+    need = attention_smem_bytes(block_m, block_n, d, nbytes, num_stages)
+    bad = [n for n, lim in limits.items() if lim < need]
+    verdict = ("fits on every GPU listed" if not bad else
+               "over the per-program limit of " + ", ".join(html.escape(n) for n in bad) +
+               ": <b>would not launch</b> there (Triton raises <code>OutOfResources: out of resource: shared "
+               "memory</code>)")
+    return (f"<div class='fac-status'>Q tile {block_m}×{d}×{nbytes} B = {_kib(nbytes * d * block_m)} · "
+            f"K and V tiles {num_stages} stages × 2 × {block_n}×{d}×{nbytes} B = "
+            f"{_kib(2 * nbytes * d * block_n * num_stages)} · <b>total {_kib(need)}</b>: {verdict}</div>")
+
+
+def sram_explorer(block_m: int = 64, block_n: int = 64, d: int = 64, dtype: str = "fp16", num_stages: int = 3,
+                  env=None, interactive: bool | None = None):
+    """Shared memory a FlashAttention tile configuration needs, against the per-block limits of common GPUs.
+
+    Uses `attention_smem_bytes` (Q tile + num_stages × (K tile + V tile)) and `GPU_SMEM_LIMITS` (+ this GPU).
+    Returns an ipywidgets widget, or a matplotlib Figure where widgets cannot render.
+    """
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    limits = smem_limits(env)
+    if not _interactive(interactive):
+        return _static(_sram_figure(block_m, block_n, d, dtype, num_stages, limits))
+    import ipywidgets as W
+
+    style = {"description_width": "initial"}
+    sizes = sorted({16, 32, 64, 128, 256, block_m, block_n})
+    w_bm = W.Dropdown(options=sizes, value=block_m, description="BLOCK_M", style=style, layout=W.Layout(width="150px"))
+    w_bn = W.Dropdown(options=sizes, value=block_n, description="BLOCK_N", style=style, layout=W.Layout(width="150px"))
+    w_d = W.Dropdown(options=sorted({16, 32, 64, 128, 256, d}), value=d, description="D (BLOCK_D)", style=style,
+                     layout=W.Layout(width="170px"))
+    w_dt = W.ToggleButtons(options=list(DTYPE_BYTES), value=dtype, style={"button_width": "55px"})
+    w_st = W.IntSlider(value=num_stages, min=1, max=6, description="num_stages", style=style)
+    image = W.Image(format="png", layout=W.Layout(max_width="100%"))
+    status = W.HTML()
+
+    def args():
+        return w_bm.value, w_bn.value, w_d.value, w_dt.value, w_st.value, limits
+
+    def redraw(*_):
+        image.value = _png(_sram_figure(*args()))
+        status.value = _sram_status(*args())
+
+    for w in (w_bm, w_bn, w_d, w_dt, w_st):
+        w.observe(redraw, names="value")
+    redraw()
+    box = _panel([W.HBox([w_bm, w_bn, w_d, w_dt, w_st]), image, status], lambda: _png(_sram_figure(*args())),
+                 "fac-sram-explorer")
+    box.controls = dict(block_m=w_bm, block_n=w_bn, d=w_d, dtype=w_dt, num_stages=w_st)
+    box.image, box.status = image, status
+    return box
+
+
+# ============================================================================================ benchmarks
+#: Where benchmark_explorer() looks when no path is given (relative to the working directory, then to the repo).
+BENCHMARK_PATHS = ("results/h200/results.json", "results/nvidia-h200/results.json", "results/*/results.json")
+
+
+def _find_results(path) -> Path | None:
+    from .notebooks import repo_root
+
+    bases = [Path.cwd(), repo_root()]
+    patterns = [str(path)] if path is not None else list(BENCHMARK_PATHS)
+    for pat in patterns:
+        p = Path(pat)
+        if p.is_absolute():
+            if p.is_file():
+                return p
+            continue
+        for base in bases:
+            hits = sorted(base.glob(pat)) if any(ch in pat for ch in "*?[") else [base / p]
+            for h in hits:
+                if h.is_file():
+                    return h
+    return None
+
+
+def load_benchmark_results(path=None) -> dict:
+    """Read a results.json written by `python -m grader.suite`; tolerant of older or hand-written files.
+
+    Accepted: {"environment": {...}, "plan": {...}, "rows": [row, ...]} (what the suite writes) or a bare list of
+    rows. A row has provider, N, D, causal, dtype and, when measured, tflops and mem_mib (MiB); the suite also
+    writes status ("ok" or why not), ms, B, H, kind. Returns {"path", "environment", "rows"} with only the rows
+    that have a number for tflops, normalised (N, D int; causal bool; dtype str). Missing file: rows == [].
+    """
+    found = _find_results(path)
+    result = {"path": str(found) if found else None, "environment": {}, "rows": [], "error": None}
+    if found is None:
+        result["error"] = (f"no benchmark results at {path}" if path is not None else
+                           "no benchmark results found (looked for " + ", ".join(BENCHMARK_PATHS) + ")")
+        return result
+    try:
+        data = json.loads(found.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        result["error"] = f"cannot read {found}: {e}"
+        return result
+    rows = data.get("rows", []) if isinstance(data, dict) else data if isinstance(data, list) else []
+    result["environment"] = data.get("environment", {}) if isinstance(data, dict) else {}
+    clean = []
+    for r in rows:
+        if not isinstance(r, dict) or r.get("status", "ok") != "ok":
+            continue
+        try:
+            tflops = float(r["tflops"])
+            row = dict(provider=str(r["provider"]), N=int(r["N"]), D=int(r["D"]),
+                       causal=str(r.get("causal", False)).lower() in ("true", "1"),
+                       dtype=str(r.get("dtype", "fp16")).replace("torch.", "").replace("float16", "fp16")
+                       .replace("bfloat16", "bf16").replace("float32", "fp32"), tflops=tflops)
+        except (KeyError, TypeError, ValueError):
+            continue
+        mem = r.get("mem_mib")
+        row["mem_mib"] = float(mem) if isinstance(mem, (int, float)) else None
+        clean.append(row)
+    result["rows"] = clean
+    return result
+
+
+def _bench_figure(res: dict, dtype, d, causal, metric: str):
+    fig = _figure(9, 4.6)
+    ax = fig.add_subplot(1, 1, 1)
+    rows = [r for r in res["rows"] if r["dtype"] == dtype and r["D"] == d and r["causal"] == causal
+            and (metric == "tflops" or r["mem_mib"] is not None)]
+    if not res["rows"]:
+        ax.text(0.5, 0.5, (res.get("error") or "no measured rows") +
+                "\n\nrun `python -m grader.suite` on a GPU to make some", ha="center", va="center", fontsize=10,
+                transform=ax.transAxes, wrap=True)
+        ax.axis("off")
+        return fig
+    providers = list(dict.fromkeys(r["provider"] for r in rows))
+    for p in providers:
+        pts = sorted((r["N"], r[metric]) for r in rows if r["provider"] == p)
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, "-" if p.startswith("course") else "--", marker="o", ms=3, label=p)
+    if not rows:
+        ax.text(0.5, 0.5, "nothing measured for this choice", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xscale("log", base=2)
+    if metric == "mem_mib":
+        ax.set_yscale("log")
+    ax.set_xlabel("sequence length N", fontsize=9)
+    ax.set_ylabel("TFLOP/s (higher is better)" if metric == "tflops" else "peak extra memory, MiB", fontsize=9)
+    env = res.get("environment", {})
+    ax.set_title(f"{dtype}, D={d}, {'causal' if causal else 'not causal'} · {env.get('gpu', '?')} · "
+                 f"torch {env.get('torch', '?')} · triton {env.get('triton', '?')} · {str(env.get('date', ''))[:10]}",
+                 fontsize=9)
+    ax.grid(True, alpha=0.3)
+    if providers:
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.tick_params(labelsize=8)
+    return fig
+
+
+def benchmark_explorer(path=None, dtype: str | None = None, d: int | None = None, causal: bool = False,
+                       metric: str = "tflops", interactive: bool | None = None):
+    """Saved results of the course's benchmark suite (`python -m grader.suite`), one plot per choice.
+
+    `path`: a results.json (default: the first of BENCHMARK_PATHS that exists). Pick dtype, head dim D, causal and
+    the metric (TFLOP/s or peak extra memory). Returns an ipywidgets widget, or a matplotlib Figure.
+    """
+    res = load_benchmark_results(path)
+    rows = res["rows"]
+    dtypes = sorted({r["dtype"] for r in rows}) or ["fp16"]
+    dims = sorted({r["D"] for r in rows}) or [64]
+    dtype = dtype if dtype in dtypes else "fp16" if "fp16" in dtypes else dtypes[0]
+    d = d if d in dims else 64 if 64 in dims else dims[0]
+    if not _interactive(interactive):
+        return _static(_bench_figure(res, dtype, d, causal, metric))
+    import ipywidgets as W
+
+    w_dt = W.ToggleButtons(options=dtypes, value=dtype, style={"button_width": "55px"})
+    w_d = W.Dropdown(options=dims, value=d, description="D", layout=W.Layout(width="130px"))
+    w_c = W.Checkbox(value=causal, description="causal", indent=False, layout=W.Layout(width="90px"))
+    w_metric = W.ToggleButtons(options=[("TFLOP/s", "tflops"), ("memory", "mem_mib")], value=metric)
+    image = W.Image(format="png", layout=W.Layout(max_width="100%"))
+    where = res["path"] or res["error"]
+    status = W.HTML(f"<div class='fac-status'>{html.escape(str(where))}: {len(rows)} measured rows</div>")
+
+    def args():
+        return res, w_dt.value, w_d.value, w_c.value, w_metric.value
+
+    def redraw(*_):
+        image.value = _png(_bench_figure(*args()))
+
+    for w in (w_dt, w_d, w_c, w_metric):
+        w.observe(redraw, names="value")
+    redraw()
+    box = _panel([W.HBox([w_dt, w_d, w_c, w_metric]), image, status], lambda: _png(_bench_figure(*args())),
+                 "fac-benchmark-explorer")
+    box.controls = dict(dtype=w_dt, d=w_d, causal=w_c, metric=w_metric)
+    box.image, box.status = image, status
+    box.results = res
+    return box
