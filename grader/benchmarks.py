@@ -136,7 +136,8 @@ class BenchmarkResult:
         return self.table()
 
 
-def _peak_extra_mib(fn: Callable[[], Any]) -> float:
+def peak_extra_mib(fn: Callable[[], Any]) -> float:
+    """Peak CUDA memory fn() allocates beyond what was already allocated, in MiB."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -164,7 +165,7 @@ def measure(providers: dict[str, Callable], spec: BenchSpec, *, sizes=None, dtyp
                 args, kwargs = spec.make(n, dtype, "cuda", causal)
                 call = lambda: fn(*args, **kwargs)  # noqa: E731
                 ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
-                row.update(ms=ms, mem_mib=_peak_extra_mib(call))
+                row.update(ms=ms, mem_mib=peak_extra_mib(call))
                 work = spec.work(n, causal) if spec.work else None
                 scale = 1e12 if spec.unit == "TFLOP/s" else 1e9
                 row["rate"] = work / (ms * 1e-3) / scale if work else float("nan")

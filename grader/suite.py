@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from .benchmarks import peak_extra_mib
+
 FULL_SIZES = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SIZES = (512, 1024)
 HEADS = 32
@@ -143,17 +145,6 @@ def torch_providers() -> list[Provider]:
 
 
 # --------------------------------------------------------------------------------------------- measuring
-def _peak_extra_mib(call) -> float:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    out = call()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del out
-    return peak / 2 ** 20
-
-
 def _inputs(b, h, n, d, dtype, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     return [torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g) for _ in range(3)]
@@ -209,7 +200,7 @@ def measure(plan: Plan, providers: list[Provider], *, warmup=25, rep=100, log=pr
                         ms = triton.testing.do_bench(lambda p=p: p.fn(q, k, v, causal), warmup=warmup, rep=rep,
                                                      return_mode="median")
                         row.update(status="ok", ms=ms, tflops=work / (ms * 1e-3) / 1e12,
-                                   mem_mib=_peak_extra_mib(lambda p=p: p.fn(q, k, v, causal)))
+                                   mem_mib=peak_extra_mib(lambda p=p: p.fn(q, k, v, causal)))
                 except torch.cuda.OutOfMemoryError:
                     row["status"] = "out of memory"
                 except Exception as e:  # noqa: BLE001 - one provider failing must not stop the others

@@ -374,6 +374,15 @@ def _walk_status(walk: TileWalk, step: int) -> str:
     return head + table + foot
 
 
+def _step_controls(W):
+    """A step slider with a linked play button, and the image and status line they drive."""
+    w_step = W.IntSlider(value=1, min=1, max=1, description="step", layout=W.Layout(width="360px"))
+    w_step.add_class("fac-step")
+    w_play = W.Play(value=1, min=1, max=1, interval=900, description="play", show_repeat=False)
+    W.jslink((w_play, "value"), (w_step, "value"))
+    return w_step, w_play, W.Image(format="png", layout=W.Layout(max_width="100%")), W.HTML()
+
+
 def tile_walker(n_q: int = 200, n_k: int = 300, block_m: int = 64, block_n: int = 64, causal: bool = False,
                 seed: int = 0, q_block: int = 1, step: int | None = None, interactive: bool | None = None):
     """The score matrix cut into BLOCK_M × BLOCK_N tiles, and the order in which one program visits them.
@@ -400,12 +409,7 @@ def tile_walker(n_q: int = 200, n_k: int = 300, block_m: int = 64, block_n: int 
     w_causal = W.Checkbox(value=causal, description="causal", indent=False, layout=W.Layout(width="90px"))
     w_qb = W.IntSlider(value=0, min=0, max=0, description="program (Q block)", style=style,
                        layout=W.Layout(width="320px"))
-    w_step = W.IntSlider(value=1, min=1, max=1, description="step", layout=W.Layout(width="360px"))
-    w_step.add_class("fac-step")
-    w_play = W.Play(value=1, min=1, max=1, interval=900, description="play", show_repeat=False)
-    W.jslink((w_play, "value"), (w_step, "value"))
-    image = W.Image(format="png", layout=W.Layout(max_width="100%"))
-    status = W.HTML()
+    w_step, w_play, image, status = _step_controls(W)
     state: dict[str, Any] = {}
 
     def redraw(*_):
@@ -580,12 +584,7 @@ def softmax_stepper(row=None, block: int = 8, step: int | None = None, seed: int
 
     w_block = W.Dropdown(options=sorted({2, 4, 8, 16, block}), value=block, description="block",
                          layout=W.Layout(width="150px"))
-    w_step = W.IntSlider(value=1, min=1, max=1, description="step", layout=W.Layout(width="360px"))
-    w_step.add_class("fac-step")
-    w_play = W.Play(value=1, min=1, max=1, interval=900, description="play", show_repeat=False)
-    W.jslink((w_play, "value"), (w_step, "value"))
-    image = W.Image(format="png", layout=W.Layout(max_width="100%"))
-    status = W.HTML()
+    w_step, w_play, image, status = _step_controls(W)
     state: dict[str, Any] = {}
 
     def redraw(*_):
