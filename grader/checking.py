@@ -158,7 +158,8 @@ def _judge_tensor(out: Any, ref: torch.Tensor, case: Case, res: CaseResult, labe
             hint = diagnosis.row_hint(~ok, case.meta["Nq"], n_axis, "query rows")
             if hint:
                 res.hints.append(hint)
-            res.hints += diagnosis.match_variants(out64, case.dtype, diagnosis.attention_variants(case.meta))
+            res.hints += diagnosis.match_variants(out64, ref64, case.dtype,
+                                                  diagnosis.attention_variants(case.meta))
             bh = diagnosis.batch_head_hint(out64, ref64, case.dtype)
             if bh:
                 res.hints.append(bh)
