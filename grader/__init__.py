@@ -11,16 +11,33 @@
 
 from __future__ import annotations
 
-from .benchmarks import benchmark
-from .checking import CheckResult, check
-from .environment import Environment
-from .exercises import EXERCISES
-from .notebooks import load_notebook, reference
-from .tolerances import TOLERANCES
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .benchmarks import benchmark
+    from .checking import CheckResult, check
+    from .environment import Environment
+    from .exercises import EXERCISES
+    from .notebooks import load_notebook, reference
+    from .tolerances import TOLERANCES
 
 __all__ = ["setup", "check", "benchmark", "progress", "reference", "load_notebook", "EXERCISES",
            "Environment", "CheckResult", "TOLERANCES"]
 __version__ = "0.1.0"
+
+# Imported on first use, so that torch-free tools (python -m grader.build) run without torch installed.
+_LAZY = {"benchmark": "benchmarks", "check": "checking", "CheckResult": "checking", "Environment": "environment",
+         "EXERCISES": "exercises", "load_notebook": "notebooks", "reference": "notebooks",
+         "TOLERANCES": "tolerances"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'grader' has no attribute {name!r}")
 
 
 def setup(quiet: bool = False) -> Environment:

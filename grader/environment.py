@@ -134,7 +134,3 @@ def detect(force_interpreter: bool | None = None) -> Environment:
         from . import safety
         safety.install_interpreter_bounds_check()
     return _ENV
-
-
-def current() -> Environment:
-    return detect()

@@ -32,11 +32,6 @@ class Case:
     tags: frozenset[str] = frozenset()
     meta: dict = field(default_factory=dict)
 
-    @property
-    def call(self) -> str:
-        parts = [k for k in self.inputs] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
-        return f"({', '.join(parts)})"
-
 
 @dataclass(frozen=True)
 class Exercise:
@@ -48,7 +43,6 @@ class Exercise:
     make_cases: Callable[[Environment, torch.Generator], list[Case]]
     triton: bool = False  # guard every allocation (kernels can write out of bounds)
     budget_s: float = 60.0  # per case; the interpreter gets more
-    extra_variants: Callable | None = None  # (case) -> list[(bug name, explanation, expected-if-buggy)]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -243,9 +237,7 @@ def _tiled_cases(env, gen):
             if t["sm_scale"] is not None:
                 kwargs["sm_scale"] = t["sm_scale"]
             return (t["q"], t["k"], t["v"]), kwargs
-        case = attention_case(env, gen, f"{name} (block_m={bm}, block_n={bn})", call=call, **k)
-        case.meta["block_n"] = bn
-        return case
+        return attention_case(env, gen, f"{name} (block_m={bm}, block_n={bn})", call=call, **k)
     n = _interp(env, 512, 192)
     return [
         c("one block each", 64, 64, B=1, H=1, Nq=64, Nk=64, D=32, dtype=f32),

@@ -25,8 +25,3 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return TOLERANCES[dtype]
-
-
-def describe() -> str:
-    rows = [f"  {str(d).replace('torch.', ''):<9} atol={a:g}  rtol={r:g}" for d, (a, r) in TOLERANCES.items()]
-    return "an element passes when |out - ref| <= atol + rtol·|ref| (ref: fp64 oracle)\n" + "\n".join(rows)
