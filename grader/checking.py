@@ -100,8 +100,8 @@ def _fmt_dtype(d) -> str:
     return str(d).replace("torch.", "") if d is not None else "-"
 
 
-def _judge_tensor(out: Any, ref: torch.Tensor, case: Case, res: CaseResult, label: str,
-                  axis_names: tuple[str, ...], device: str) -> bool:
+def _tensor_like(out: Any, ref: torch.Tensor, res: CaseResult, label: str, device: str) -> bool:
+    """A tensor of ref's shape on the inputs' device; otherwise say what it is instead."""
     if not isinstance(out, torch.Tensor):
         res.problems.append(f"{label}: expected a torch.Tensor, got {type(out).__name__}"
                             + (" (did you forget to return it?)" if out is None else ""))
@@ -111,6 +111,13 @@ def _judge_tensor(out: Any, ref: torch.Tensor, case: Case, res: CaseResult, labe
         return False
     if out.device.type != device:
         res.problems.append(f"{label}: on device '{out.device}', expected '{device}' (the inputs' device)")
+        return False
+    return True
+
+
+def _judge_tensor(out: Any, ref: torch.Tensor, case: Case, res: CaseResult, label: str,
+                  axis_names: tuple[str, ...], device: str) -> bool:
+    if not _tensor_like(out, ref, res, label, device):
         return False
     if case.dtype is not None and out.dtype != case.dtype:
         res.problems.append(f"{label}: dtype {_fmt_dtype(out.dtype)}, expected {_fmt_dtype(case.dtype)} "
@@ -185,14 +192,10 @@ def _judge(out: Any, case: Case, res: CaseResult, ex: exercises.Exercise, device
             ok &= _judge_tensor(o, r, case, res, name, ("rows",) * r.dim(), device)
         return ok
     if ref.dtype == torch.bool:
-        if not isinstance(out, torch.Tensor) or out.dtype != torch.bool:
-            res.problems.append(f"expected a bool tensor, got {getattr(out, 'dtype', type(out).__name__)}")
+        if not _tensor_like(out, ref, res, "output", device):
             return False
-        if tuple(out.shape) != tuple(ref.shape):
-            res.problems.append(f"wrong shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
-            return False
-        if out.device.type != device:
-            res.problems.append(f"on device '{out.device}', expected '{device}'")
+        if out.dtype != torch.bool:
+            res.problems.append(f"output: dtype {_fmt_dtype(out.dtype)}, expected bool")
             return False
         wrong = (out.cpu() != ref.cpu()).nonzero().tolist()
         if wrong:

@@ -16,7 +16,7 @@ import torch
 
 from . import oracle
 from .environment import Environment
-from .safety import Guarded, guarded_copy
+from .safety import Guarded, guarded_copy, inverse_perm
 
 
 @dataclass
@@ -59,15 +59,8 @@ def _place(t: torch.Tensor, name: str, guard: bool, perm=None) -> tuple[torch.Te
         view, g = guarded_copy(t, name, perm)
         return view, [g]
     if perm:
-        return t.permute(perm).contiguous().permute(_inv(perm)), []
+        return t.permute(perm).contiguous().permute(inverse_perm(perm)), []
     return t.clone(), []
-
-
-def _inv(perm):
-    inv = [0] * len(perm)
-    for i, p in enumerate(perm):
-        inv[p] = i
-    return tuple(inv)
 
 
 def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=1, H_kv=None, Nq=64, Nk=64, D=64,
@@ -123,7 +116,8 @@ def _interp(env: Environment, gpu_value, cpu_value):
 
 
 # ----------------------------------------------------------------------------------------- 01 naive attention
-def _naive_call(t):
+def _sdpa_style_call(t):
+    """fn(q, k, v, causal=..., [sm_scale=...]): naive_attention and flash_attention share this call."""
     kwargs = {"causal": t["causal"]}
     if t["sm_scale"] is not None:
         kwargs["sm_scale"] = t["sm_scale"]
@@ -133,7 +127,7 @@ def _naive_call(t):
 def _naive_cases(env, gen):
     f32, f16 = torch.float32, torch.float16
     n = _interp(env, 512, 96)
-    c = lambda *a, **k: attention_case(env, gen, *a, call=_naive_call, **k)  # noqa: E731
+    c = lambda *a, **k: attention_case(env, gen, *a, call=_sdpa_style_call, **k)  # noqa: E731
     return [
         c("one head, square", B=1, H=1, Nq=64, Nk=64, D=32, dtype=f32),
         c("batch and heads", B=2, H=3, Nq=n, Nk=n, D=64, dtype=f32),
@@ -332,19 +326,12 @@ def _fa2d_cases(env, gen):
 
 
 # ---------------------------------------------------------------------------------- 06/07 flash attention
-def _fa_call(t):
-    kwargs = {"causal": t["causal"]}
-    if t["sm_scale"] is not None:
-        kwargs["sm_scale"] = t["sm_scale"]
-    return (t["q"], t["k"], t["v"]), kwargs
-
-
 def _fa_cases(env, gen):
     f32, f16 = torch.float32, torch.float16
     interp = env.interpreter
 
     def c(name, **k):
-        return attention_case(env, gen, name, guard=True, call=_fa_call, **k)
+        return attention_case(env, gen, name, guard=True, call=_sdpa_style_call, **k)
     n = 256 if interp else 1024
     cases = [
         c("one block", B=1, H=1, Nq=64, Nk=64, D=64, dtype=f16),

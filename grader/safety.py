@@ -86,12 +86,16 @@ _launch = threading.local()
 _installed = False
 
 
+def span_elements(t: torch.Tensor) -> int:
+    """Elements from a (non-empty) tensor's first to its last element in memory, gaps between rows included."""
+    return sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0) + 1
+
+
 def _tensor_region(name: str, t: torch.Tensor) -> _Region | None:
     if t.numel() == 0:
         return None
-    span = sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0) + 1
     start = t.data_ptr()
-    return _Region(name, start, start + span * t.element_size(), t.element_size())
+    return _Region(name, start, start + span_elements(t) * t.element_size(), t.element_size())
 
 
 def _regions_of(names, values) -> list[_Region]:
@@ -230,13 +234,13 @@ def guarded_copy(t: torch.Tensor, name: str, perm: tuple[int, ...] | None = None
     buf = torch.full((g + n + g,), fill, dtype=t.dtype, device=t.device)
     stored = buf[g:g + n].view(layout.shape)
     stored.copy_(layout)
-    view = stored.permute(_inverse(perm)) if perm else stored
+    view = stored.permute(inverse_perm(perm)) if perm else stored
     guarded = Guarded(name, buf, g, n)
     guarded.seal()
     return view, guarded
 
 
-def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+def inverse_perm(perm: tuple[int, ...]) -> tuple[int, ...]:
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
         inv[p] = i
@@ -258,7 +262,7 @@ class GuardAllocations(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if (func.overloadpacket.__name__ in _FACTORIES and isinstance(out, torch.Tensor)
                 and out.is_floating_point() and out.numel() > 0):
-            span = sum((s - 1) * st for s, st in zip(out.shape, out.stride())) + 1
+            span = span_elements(out)
             g = _guard_len(span)
             buf = torch.full((g + span + g,), float("nan"), dtype=out.dtype, device=out.device)
             view = buf.as_strided(out.shape, out.stride(), g)
