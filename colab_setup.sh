@@ -4,7 +4,8 @@
 #   bash colab_setup.sh                    # uses python3; PYTHON=/path/to/python bash colab_setup.sh for another one
 #
 # - torch: an installed torch is kept as it is, never reinstalled or upgraded (Colab and ModelScope ship a CUDA
-#   build matched to their driver). Only where there is none is torch installed (the CPU build without nvidia-smi).
+#   build matched to their driver). Only where there is none is torch installed (the CPU build where nvidia-smi
+#   finds no GPU).
 # - triton: installed only when missing, at the version torch pins for this platform. When an installed pair does
 #   not match, the script prints the pip command that fixes it and changes nothing.
 # - numpy, matplotlib, ipywidgets, tqdm (and setuptools, to install the grader offline): installed when missing.
@@ -77,7 +78,7 @@ echo "setting up the FlashAttention course on $platform with $py"
 # torch: keep whatever is there.
 if [ -z "$(ask missing torch)" ]; then
   echo "torch $(ask version torch): installed, kept as it is"
-elif [ "$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+elif [ "$(uname -s)" = Linux ] && ! nvidia-smi -L >/dev/null 2>&1; then
   echo "torch: not installed; no NVIDIA driver here, so the CPU build (the course runs on the Triton interpreter)"
   pip_install torch torch --index-url https://download.pytorch.org/whl/cpu
 else

@@ -22,7 +22,19 @@ from grader.notebooks import repo_root
 
 ROOT = repo_root()
 URL = build.repository_url(ROOT)
-SITE = sysconfig.get_paths()["purelib"]
+
+
+def _package_dirs() -> list[str]:
+    """Where this Python finds its packages, minus whatever makes grader importable: the venv's site-packages and
+    the folders on PYTHONPATH (a GPU machine's unpacked wheels, say), except this checkout."""
+    dirs = [sysconfig.get_paths()["purelib"]]
+    for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if p and Path(p).is_dir() and not (Path(p) / "grader").exists() and p not in dirs:
+            dirs.append(p)
+    return dirs
+
+
+SITE = _package_dirs()
 needs_git = pytest.mark.skipif(shutil.which("git") is None or shutil.which("bash") is None
                                or not (ROOT / ".git").exists(), reason="needs git, bash and a git checkout")
 
@@ -124,7 +136,9 @@ def course(tmp_path_factory):
     empty = base / "empty"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLAB_", "MODELSCOPE_", "PYTHON"))}
-    env.update(FA_COURSE_REPO=f"file://{src}", PYTHONPATH=str(fake_pip), FAKE_LOG=str(base / "pip.jsonl"),
+    # the fake pip, then the package folders that only PYTHONPATH made visible (the subprocesses run without -S)
+    path = os.pathsep.join([str(fake_pip), *SITE[1:]])
+    env.update(FA_COURSE_REPO=f"file://{src}", PYTHONPATH=path, FAKE_LOG=str(base / "pip.jsonl"),
                PYTHONNOUSERSITE="1")
     assert_pip_is_fake(env)
     return {"src": src, "empty": empty, "env": env, "log": base / "pip.jsonl", "clone": empty / src.name}
@@ -138,7 +152,7 @@ def _pip_calls(course):
 # -S: no site module, so no .pth files and no editable finder for grader; the venv's packages are appended by hand
 PRELUDE = f"""\
 import importlib.util, sys
-sys.path.append({SITE!r})
+sys.path.extend({SITE!r})
 assert importlib.util.find_spec("grader") is None, "grader must not be importable before the setup cell"
 """
 
@@ -187,7 +201,7 @@ def test_a_learner_notebook_runs_from_an_empty_directory(course, tmp_path, monke
     pytest.importorskip("ipykernel")
     kernels = tmp_path / "kernels" / "no-grader"
     kernels.mkdir(parents=True)
-    launch = f"import sys; sys.path.append({SITE!r}); from ipykernel import kernelapp; kernelapp.launch_new_instance()"
+    launch = f"import sys; sys.path.extend({SITE!r}); from ipykernel import kernelapp; kernelapp.launch_new_instance()"
     (kernels / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-S", "-c", launch, "-f", "{connection_file}"],
         "display_name": "no grader", "language": "python", "env": course["env"],

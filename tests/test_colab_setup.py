@@ -123,8 +123,11 @@ class Machine:
         self.python.write_text(FAKE_PYTHON.format(python=sys.executable))
         for name in ("pip", "pip3", "git"):
             (self.bin / name).write_text(RECORDER.format(name=name))
-        if gpu:
-            (self.bin / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'NVIDIA H200'\n")
+        # a driver or none: a stub either way, so that a real nvidia-smi elsewhere on PATH does not count
+        (self.bin / "nvidia-smi").write_text(
+            "#!/usr/bin/env bash\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n" if gpu else
+            "#!/usr/bin/env bash\necho \"NVIDIA-SMI has failed: it couldn't communicate with the NVIDIA driver\"\n"
+            "exit 9\n")
         if system != "Linux":
             (self.bin / "uname").write_text(f"#!/usr/bin/env bash\necho {system}\n")
         for f in self.bin.iterdir():
@@ -287,7 +290,9 @@ def test_probes_on_the_real_interpreter(tmp_path):
     log = tmp_path / "pip.jsonl"
     log.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLAB_", "MODELSCOPE_"))}
-    env.update(PYTHON=sys.executable, PYTHONPATH=str(site), FAKE_LOG=str(log))
+    # the fake metadata first, then whatever this Python already finds through PYTHONPATH
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
+    env.update(PYTHON=sys.executable, PYTHONPATH=path, FAKE_LOG=str(log))
     assert_pip_is_fake(env)
     r = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -5,6 +5,7 @@ choice function is asked what it would launch on each GPU, and the answer must f
 """
 
 import pytest
+import torch
 
 from grader.exercises import get
 from grader.notebooks import load_module, solutions_dir
@@ -59,6 +60,35 @@ def test_flash_attention_fast_keeps_a_config_on_every_gpu(gpu, limit):
             assert fits, (gpu, d, elt)
             assert all(attention_smem_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], d, elt, c.num_stages) <= limit
                        for c in fits)
+
+
+@pytest.mark.parametrize("gpu, limit", GPUS)
+def test_flash_attention_fast_autotuner_keeps_what_fits(gpu, limit, monkeypatch):
+    """What prune_configs leaves the autotuner to time on each GPU fits its shared memory and registers."""
+    m = _module("flash_attention_fast")
+    monkeypatch.setattr(m, "smem_limit", lambda device=None: limit)
+    for d in (16, 64, 128, 256):
+        for dtype in (torch.float16, torch.float32):
+            for n in (100, 4096):
+                named = dict(Out=torch.empty(1, 1, 1, 1, dtype=dtype), BLOCK_D=d, N_Q=n)
+                kept = m.prune_configs(m.GPU_CONFIGS, named, N_Q_KEY=n, N_K_KEY=n)
+                assert kept, (gpu, d, dtype, n)
+                for c in kept:
+                    bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
+                    assert attention_smem_bytes(bm, bn, d, dtype.itemsize, c.num_stages) <= limit, (gpu, d, c)
+                    assert m.fits_registers(c, d) and bm <= max(16, 1 << (n - 1).bit_length()), (gpu, d, n, c)
+
+
+def test_register_rule_matches_the_h200_measurements():
+    """Configs measured to spill on the H200 (2026-11-29 and 12-01, D = 128) are rejected; the fast ones kept."""
+    m = _module("flash_attention_fast")
+    assert not m.fits_registers(m._cfg(128, 128, 8, 2, maxnreg=128), 128)  # 70 TFLOP/s instead of ~490
+    assert not m.fits_registers(m._cfg(256, 128, 16, 2), 128)  # 71
+    assert not m.fits_registers(m._cfg(128, 64, 4, 3), 128)  # 255 registers + 8 spilled: 273
+    assert m.fits_registers(m._cfg(128, 64, 8, 2, maxnreg=128), 128)  # 502
+    assert m.fits_registers(m._cfg(128, 128, 8, 2, maxnreg=128), 64)  # 438
+    assert m.fits_registers(m._cfg(256, 64, 16, 3), 128)  # 501
+    assert m.fits_registers(m._cfg(128, 128, 8, 3), 128)  # 488
 
 
 def test_the_h200_keeps_the_tuned_tiles():
