@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .benchmarks import benchmark
-    from .checking import CheckResult, check
+    from .checking import check
+    from .results import CheckResult
     from .environment import Environment
     from .exercises import EXERCISES
     from .notebooks import load_notebook, reference
@@ -27,7 +28,7 @@ __all__ = ["setup", "check", "benchmark", "progress", "reference", "load_noteboo
 __version__ = "0.1.0"
 
 # Imported on first use, so that torch-free tools (python -m grader.build) run without torch installed.
-_LAZY = {"benchmark": "benchmarks", "check": "checking", "CheckResult": "checking", "Environment": "environment",
+_LAZY = {"benchmark": "benchmarks", "check": "checking", "CheckResult": "results", "Environment": "environment",
          "EXERCISES": "exercises", "load_notebook": "notebooks", "reference": "notebooks",
          "TOLERANCES": "tolerances"}
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -12,6 +11,7 @@ import torch
 from . import diagnosis, environment, exercises, oracle, reports, store
 from .exercises import Case
 from .notebooks import is_reference
+from .results import CaseResult, CheckResult
 from .safety import run_learner
 from .tolerances import tolerance
 
@@ -45,54 +45,6 @@ TAG_HINTS = {
     "dtype:float64": "only fp64 cases fail: compute in the input's precision (do not force float32) and "
                      "return the input dtype",
 }
-
-
-@dataclass
-class CaseResult:
-    index: int
-    name: str
-    shapes: str
-    dtype: str
-    status: str  # PASS | FAIL | NOT ATTEMPTED
-    max_abs: float | None = None
-    rel_err: float | None = None
-    tol: tuple[float, float] | None = None
-    ratio: float | None = None  # worst |out - ref| / (atol + rtol·|ref|): 1.0 is the edge of the tolerance
-    problems: list[str] = field(default_factory=list)
-    hints: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    tags: frozenset[str] = frozenset()
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "PASS"
-
-
-@dataclass
-class CheckResult:
-    exercise: str
-    title: str
-    environment: str
-    seed: int
-    cases: list[CaseResult]
-    hints: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.cases) and all(c.passed for c in self.cases)
-
-    @property
-    def n_passed(self) -> int:
-        return sum(c.passed for c in self.cases)
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    def __str__(self) -> str:
-        return reports.format_check(self)
-
-    def __repr__(self) -> str:
-        return f"CheckResult({self.exercise!r}, passed={self.passed}, {self.n_passed}/{len(self.cases)} cases)"
 
 
 # ----------------------------------------------------------------------------------------------- judging

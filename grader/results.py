@@ -1,0 +1,55 @@
+"""What grader.check returns: one CaseResult per case, gathered in a CheckResult (rendering lives in reports)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import reports
+
+
+@dataclass
+class CaseResult:
+    index: int
+    name: str
+    shapes: str
+    dtype: str
+    status: str  # PASS | FAIL | NOT ATTEMPTED
+    max_abs: float | None = None
+    rel_err: float | None = None
+    tol: tuple[float, float] | None = None
+    ratio: float | None = None  # worst |out - ref| / (atol + rtol·|ref|): 1.0 is the edge of the tolerance
+    problems: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    tags: frozenset[str] = frozenset()
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "PASS"
+
+
+@dataclass
+class CheckResult:
+    exercise: str
+    title: str
+    environment: str
+    seed: int
+    cases: list[CaseResult]
+    hints: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(c.passed for c in self.cases)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        return reports.format_check(self)
+
+    def __repr__(self) -> str:
+        return f"CheckResult({self.exercise!r}, passed={self.passed}, {self.n_passed}/{len(self.cases)} cases)"
