@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .benchmarks import benchmark
     from .checking import check
-    from .results import CheckResult
     from .environment import Environment
     from .exercises import EXERCISES
     from .notebooks import load_notebook, reference
+    from .results import CheckResult
     from .tolerances import TOLERANCES
 
 __all__ = ["setup", "check", "benchmark", "progress", "reference", "load_notebook", "EXERCISES",
