@@ -35,7 +35,8 @@ class CheckResult:
     environment: str
     seed: int
     cases: list[CaseResult]
-    hints: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)  # about the run as a whole (cross-case patterns)
+    notes: list[str] = field(default_factory=list)  # context shown under the header, e.g. which file was graded
 
     @property
     def passed(self) -> bool:
