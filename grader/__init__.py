@@ -53,7 +53,7 @@ def setup(quiet: bool = False) -> Environment:
 
 
 def progress() -> None:
-    """Print which exercises pass (kept across kernel restarts)."""
-    from .store import table
+    """Show which exercises pass (kept across kernel restarts): a table in Jupyter, text elsewhere."""
+    from .store import show
 
-    print(table())
+    show()

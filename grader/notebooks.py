@@ -7,12 +7,16 @@ real .py file because @triton.jit reads its function's source from disk.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import json
 import os
+import re
+import symtable
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -54,7 +58,7 @@ def _cache_dir() -> Path:
     return d
 
 
-def load_source(source: str, label: str) -> ModuleType:
+def load_source(source: str, label: str, origin: Path | None = None) -> ModuleType:
     """Execute Python source as a module backed by a real file (cached by content)."""
     from . import environment
 
@@ -70,6 +74,8 @@ def load_source(source: str, label: str) -> ModuleType:
         file.write_text(source, encoding="utf-8")
     spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
+    module.__notebook_path__ = origin  # where the cells came from (reports name it)
+    module.__unfinished__ = _todo_labels(source)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
@@ -83,24 +89,173 @@ def load_source(source: str, label: str) -> ModuleType:
 def load_module(nb_path: Path) -> ModuleType:
     """Execute the export cells of nb_path in a fresh module."""
     nb_path = Path(nb_path).resolve()
-    return load_source(export_source(nb_path), nb_path.stem)
+    return load_source(export_source(nb_path), nb_path.stem, origin=nb_path)
+
+
+def _todo_labels(source: str) -> list[str]:
+    """The course's TODO stubs still in a source (the build writes `raise NotImplementedError("TODO: ...")`)."""
+    return re.findall(r'raise NotImplementedError\(["\'](TODO[^"\']*)["\']\)', source)
+
+
+def kept_dir() -> Path:
+    """Where passing code is kept for later notebooks: beside the progress file, in the course's per-user folder."""
+    from . import store
+
+    return store.path().parent / "kept"
 
 
 def find_notebook(name: str, folder: Path | None = None) -> Path:
+    """A notebook by name: in `folder`; else the newer of the kept passing copy and the one in the current
+    directory (on Colab only the kept copy exists; locally a notebook saved after it passed is newer); else the
+    course's notebooks/ (the template)."""
     base = name if name.endswith(".ipynb") else f"{name}.ipynb"
-    candidates = [Path(folder) / base] if folder else [Path.cwd() / base, repo_root() / "notebooks" / base]
+    if folder:
+        candidates = [Path(folder) / base]
+    else:
+        mine = sorted((c for c in (kept_dir() / base, Path.cwd() / base) if c.exists()),
+                      key=lambda c: c.stat().st_mtime, reverse=True)
+        candidates = mine + [repo_root() / "notebooks" / base]
     for c in candidates:
         if c.exists():
             return c
-    raise FileNotFoundError(f"notebook {base} not found (looked in: {', '.join(str(c.parent) for c in candidates)})")
+    looked = [kept_dir(), Path.cwd(), repo_root() / "notebooks"] if not folder else [Path(folder)]
+    raise FileNotFoundError(f"notebook {base} not found (looked in: {', '.join(str(c) for c in looked)})")
 
 
 def load_notebook(name: str, folder: str | Path | None = None) -> ModuleType:
     """The functions a notebook defines in its `export` cells, e.g. load_notebook("06_flash_attention").
 
-    Looks next to the running notebook (the current directory) first. Save the notebook before loading it.
+    Looks at your kept passing copy and the current directory first (the newer wins), then the course's
+    notebooks/. Save the notebook before loading it. Reports of functions from it name the file.
     """
     return load_module(find_notebook(name, Path(folder) if folder else None))
+
+
+def provenance_notes(fn, ex) -> list[str]:
+    """What a report says about where fn came from, when it came from a notebook loaded from disk."""
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    path = getattr(module, "__notebook_path__", None)
+    if path is None:
+        return []
+    notes = [f"graded `{getattr(fn, '__name__', ex.function)}` from {path}"]
+    todos = getattr(module, "__unfinished__", [])
+    if todos:
+        first = ", ".join(todos[:3]) + (", ..." if len(todos) > 3 else "")
+        notes.append(f"that file still has {len(todos)} unfinished TODO(s) ({first}): finish them in notebook "
+                     f"{ex.notebook}, run its `grader.check(\"{ex.id}\", {ex.function})` cell until it passes (that "
+                     f"keeps your code in {kept_dir()}), then run this cell again")
+    return notes
+
+
+# --------------------------------------------------------------------------------------- keeping passing code
+def _session_sources() -> list[str]:
+    """The cells this IPython kernel has run, oldest first (empty outside IPython)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return []
+    shell = get_ipython()
+    if shell is None:
+        return []
+    return [s for s in shell.user_ns.get("In", []) if isinstance(s, str)]
+
+
+def _defined_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+def _globals_used(segment: str) -> set[str]:
+    """Module-level names a statement reads (function bodies included, their locals and parameters excluded)."""
+    used: set[str] = set()
+
+    def walk(table, top: bool) -> None:
+        for sym in table.get_symbols():
+            if sym.is_referenced() and (top or sym.is_global()):
+                used.add(sym.get_name())
+        for child in table.get_children():
+            walk(child, False)
+    walk(symtable.symtable(segment, "<cell>", "exec"), True)
+    return used
+
+
+def _segment(source: str, node: ast.stmt) -> str:
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return "\n".join(source.splitlines()[first - 1:node.end_lineno])
+
+
+def session_code(sources: list[str], wanted: str) -> str | None:
+    """The code that defines `wanted` as this kernel last ran it: the latest definition of every name it needs,
+    transitively, in the order the cells ran. Statements other than definitions and imports are left out."""
+    latest: dict[str, tuple[int, int, str]] = {}
+    for ci, raw in enumerate(sources):
+        src = "\n".join(ln for ln in raw.splitlines() if not ln.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for ni, node in enumerate(tree.body):
+            for name in _defined_names(node):
+                latest[name] = (ci, ni, _segment(src, node))
+    if wanted not in latest:
+        return None
+    chosen: dict[tuple[int, int], str] = {}
+    todo = [wanted]
+    while todo:
+        name = todo.pop()
+        if name not in latest:
+            continue  # a builtin, or something the kernel got elsewhere
+        ci, ni, seg = latest[name]
+        if (ci, ni) in chosen or "grader.check(" in seg or "grader.benchmark(" in seg:
+            continue
+        chosen[(ci, ni)] = seg
+        try:
+            todo += sorted(_globals_used(seg))
+        except SyntaxError:
+            pass
+    return "\n\n".join(seg for _, seg in sorted(chosen.items())) + "\n"
+
+
+def keep_passing_code(ex, fn: Callable, sources: list[str] | None = None) -> Path | None:
+    """Keep the code that just passed as kept/<notebook>.ipynb (one export cell), where load_notebook looks.
+
+    The code comes from the notebook file it was loaded from, or else from the cells this kernel ran (which is
+    all there is on Colab, where a notebook is not a file on the machine). None when neither can be found.
+    """
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    origin = getattr(module, "__notebook_path__", None)
+    if origin is not None and origin.parent == kept_dir():
+        return origin
+    try:
+        code = export_source(origin) if origin is not None else session_code(
+            _session_sources() if sources is None else sources, getattr(fn, "__name__", ex.function))
+    except (OSError, ValueError):
+        code = None
+    if not code:
+        return None
+    try:
+        if not hasattr(load_source(code, f"kept_{ex.notebook}"), ex.function):
+            return None
+    except Exception:  # noqa: BLE001 - code that does not load on its own is not worth keeping
+        return None
+    cell = {"cell_type": "code", "execution_count": None, "id": "kept", "metadata": {"tags": [EXPORT_TAG]},
+            "outputs": [], "source": code.splitlines(keepends=True)}
+    nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    target = kept_dir() / f"{ex.notebook}.ipynb"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(target)
+    except OSError:
+        return None
+    return target
 
 
 def reference(exercise_id: str):
@@ -108,7 +263,7 @@ def reference(exercise_id: str):
     from .exercises import get
 
     ex = get(exercise_id)
-    module = load_module(find_notebook(ex.notebook, solutions_dir()))
+    module = load_module(Path(solutions_dir()) / f"{ex.notebook}.ipynb")
     try:
         fn = getattr(module, ex.function)
     except AttributeError:

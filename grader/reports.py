@@ -1,13 +1,17 @@
-"""Readable reports: plain monospace text, the same in a notebook, a terminal, nbval and a log."""
+"""Readable reports: plain text for terminals, logs and nbval; compact HTML in Jupyter; each shown once."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from html import escape
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .checking import CheckResult
+    from .results import CaseResult, CheckResult
 
 _MARK = {"PASS": "PASS", "FAIL": "FAIL", "NOT ATTEMPTED": "TODO"}
+_COLOUR = {"PASS": "#1a7f37", "FAIL": "#cf222e", "NOT ATTEMPTED": "#9a6700"}
+_HEADINGS = ("#", "case", "shapes", "dtype", "max|err|", "rel err", "atol/rtol", "result")
 
 
 def _num(x: float | None) -> str:
@@ -18,44 +22,88 @@ def _num(x: float | None) -> str:
     return f"{x:.1e}"
 
 
-def _tol(t) -> str:
+def _tol(t: tuple[float, float] | None) -> str:
     return "-" if t is None else f"{t[0]:g}/{t[1]:g}"
 
 
-def format_check(r: CheckResult) -> str:
-    head = f"{r.exercise} — {r.title}\ngraded on {r.environment} · seed {r.seed} · {len(r.cases)} cases"
-    rows = [("#", "case", "shapes", "dtype", "max|err|", "rel err", "atol/rtol", "result")]
+def _row(c: CaseResult) -> tuple[str, ...]:
+    return (str(c.index), c.name, c.shapes, c.dtype, _num(c.max_abs), _num(c.rel_err), _tol(c.tol), _MARK[c.status])
+
+
+def indices(ns: list[int]) -> str:
+    """"1–6, 8–16, 18": runs of three or more consecutive indices as a range, never one that skips an index."""
+    ns = sorted(set(ns))
+    parts, i = [], 0
+    while i < len(ns):
+        j = i
+        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
+            j += 1
+        parts += [f"{ns[i]}–{ns[j]}"] if j - i >= 2 else [str(n) for n in ns[i:j + 1]]
+        i = j + 1
+    return ", ".join(parts)
+
+
+def _cases(ns: list[int]) -> str:
+    return f"case {ns[0]}" if len(ns) == 1 else f"cases {indices(ns)}"
+
+
+def _problem_groups(r: CheckResult) -> list[tuple[str, list[str], list[CaseResult]]]:
+    """Cases that fail for the same reasons, adjacent or not, as (status, problems, cases), first failure first."""
+    groups: dict[tuple, list[CaseResult]] = {}
     for c in r.cases:
-        rows.append((str(c.index), c.name, c.shapes, c.dtype, _num(c.max_abs), _num(c.rel_err), _tol(c.tol),
-                     _MARK[c.status]))
-    widths = [min(max(len(row[i]) for row in rows), 48) for i in range(len(rows[0]))]
-    lines = [head, ""]
-    for row in rows:
-        lines.append("  ".join(cell[:w].ljust(w) for cell, w in zip(row, widths)).rstrip())
-    details = [c for c in r.cases if c.status != "PASS"]
-    if details:
+        if c.status != "PASS" or c.problems:
+            groups.setdefault((c.status, tuple(c.problems)), []).append(c)
+    return sorted(((status, list(problems), members) for (status, problems), members in groups.items()),
+                  key=lambda g: g[0] == "PASS")
+
+
+def _hints(r: CheckResult) -> list[tuple[str, list[int]]]:
+    """Each distinct hint once, with the cases it came from (none for hints about the whole run)."""
+    by_hint: dict[str, list[int]] = {}
+    for c in r.cases:
+        for h in dict.fromkeys(c.hints):
+            by_hint.setdefault(h, []).append(c.index)
+    for h in r.hints:
+        by_hint.setdefault(h, [])
+    return list(by_hint.items())
+
+
+def _hint_label(ns: list[int]) -> str:
+    return f"hint ({_cases(ns)})" if ns else "hint"
+
+
+def _header(r: CheckResult) -> list[str]:
+    return [f"{r.exercise} — {r.title}", f"graded on {r.environment} · seed {r.seed} · {len(r.cases)} cases",
+            *r.notes]
+
+
+def format_check(r: CheckResult) -> str:
+    # The name goes last, whole and unpadded, so that one long name does not stretch the other columns.
+    rows = [row[:1] + row[2:] + row[1:2] for row in (_HEADINGS, *(_row(c) for c in r.cases))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADINGS))]
+    lines = [*_header(r), ""]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    groups = _problem_groups(r)
+    if groups:
         lines.append("")
-    groups: list[list] = []  # cases that fail for the same reason are reported once
-    for c in details:
-        key = (c.status, tuple(c.problems), tuple(dict.fromkeys(c.hints)))
-        if groups and groups[-1][0] == key:
-            groups[-1][1].append(c)
-        else:
-            groups.append([key, [c]])
-    for (status, problems, hints), members in groups:
-        if len(members) == 1:
-            c = members[0]
-            lines.append(f"case {c.index} ({c.name}, {c.shapes}, {c.dtype}): {_MARK[status]}")
-        else:
-            lines.append(f"cases {members[0].index}–{members[-1].index}: {_MARK[status]}")
+    for status, problems, members in groups:
+        c = members[0]
+        label = f"case {c.index} ({c.name}, {c.shapes}, {c.dtype})" if len(members) == 1 else \
+            _cases([m.index for m in members])
+        lines.append(f"{label}: {_MARK[status]}")
         lines += [f"    - {p}" for p in problems]
-        lines += [f"    hint: {h}" for h in hints]
-    if r.hints:
+    hints = _hints(r)
+    if hints:
         lines.append("")
-        lines += [f"hint: {h}" for h in r.hints]
-    lines.append("")
-    lines.append(_verdict(r))
+    lines += [f"{_hint_label(ns)}: {h}" for h, ns in hints]
+    lines += ["", _verdict(r)]
     return "\n".join(lines)
+
+
+def _overall(r: CheckResult) -> str:
+    if r.passed:
+        return "PASS"
+    return "NOT ATTEMPTED" if all(c.status == "NOT ATTEMPTED" for c in r.cases) else "FAIL"
 
 
 def _verdict(r: CheckResult) -> str:
@@ -69,6 +117,72 @@ def _verdict(r: CheckResult) -> str:
     return f"FAILED: {n}/{total} cases pass{extra}. Replay these exact inputs with seed={r.seed}."
 
 
+def _mark_html(status: str, text: str | None = None) -> str:
+    return f'<b style="color:{_COLOUR[status]}">{escape(text or _MARK[status])}</b>'
+
+
+def _table_html(cases: list[CaseResult]) -> str:
+    head = "".join(f'<th style="text-align:left">{escape(h)}</th>' for h in _HEADINGS)
+    body = "".join("<tr>" + "".join(f'<td style="text-align:left">{escape(cell)}</td>' for cell in _row(c)[:-1])
+                   + f"<td>{_mark_html(c.status)}</td></tr>" for c in cases)
+    return f'<table style="margin:.3em 0;font-size:90%"><tr>{head}</tr>{body}</table>'
+
+
+def format_html(r: CheckResult) -> str:
+    word, rest = _verdict(r).split(": ", 1)
+    head, *sub = _header(r)
+    out = [f"<div><b>{escape(head)}</b></div>",
+           *(f'<div style="opacity:.7;font-size:90%">{escape(s)}</div>' for s in sub),
+           f'<div style="margin:.4em 0">{_mark_html(_overall(r), word)}: {escape(rest)}</div>']
+    failing = [c for c in r.cases if c.status != "PASS"]
+    if failing:
+        out.append(_table_html(failing))
+    for status, problems, members in _problem_groups(r):
+        items = "".join(f"<li>{escape(p)}</li>" for p in problems)
+        out.append(f"<div>{escape(_cases([m.index for m in members]))}: {_mark_html(status)}"
+                   f'<ul style="margin:.1em 0">{items}</ul></div>')
+    hints = _hints(r)
+    if hints:
+        items = "".join(f"<li><i>{escape(_hint_label(ns))}</i>: {escape(h)}</li>" for h, ns in hints)
+        out.append(f'<ul style="margin:.3em 0">{items}</ul>')
+    passing = [c for c in r.cases if c.status == "PASS"]
+    if passing:
+        out.append(f"<details><summary>{escape(_cases([c.index for c in passing]))}: {_mark_html('PASS')}"
+                   f"</summary>{_table_html(passing)}</details>")
+    return '<div class="fa-course-report">' + "".join(out) + "</div>"
+
+
+def _shell() -> Any:
+    """The running IPython shell (a Jupyter kernel or terminal IPython), or None in plain Python."""
+    if "IPython" not in sys.modules:  # nothing can be running IPython, and importing it would be slow
+        return None
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
+def emit(text: str, html: str) -> bool:
+    """Show one output: under IPython a display bundle (HTML, with the text for nbval and terminals), else print.
+
+    Returns whether it went through IPython's display machinery.
+    """
+    if _shell() is None:
+        print(text)
+        return False
+    from IPython.display import display
+
+    display({"text/plain": text, "text/html": html}, raw=True)
+    return True
+
+
 def show(r: CheckResult) -> None:
-    """Print the report (check() returns the result too, whose repr is a one-line summary)."""
-    print(format_check(r))
+    """Show the report; under IPython, remember the cell so that the result as the cell's value shows nothing more."""
+    if emit(format_check(r), format_html(r)):
+        r.shown_in = _shell().execution_count
+
+
+def display_once(r: CheckResult) -> None:
+    """IPython's display of a result (CheckResult._ipython_display_): nothing if this cell already showed it."""
+    shell = _shell()
+    if shell is None or r.shown_in != shell.execution_count:
+        show(r)

@@ -37,6 +37,8 @@ class CheckResult:
     cases: list[CaseResult]
     hints: list[str] = field(default_factory=list)  # about the run as a whole (cross-case patterns)
     notes: list[str] = field(default_factory=list)  # context shown under the header, e.g. which file was graded
+    # The IPython cell (execution count) whose output already holds this report, so the cell's value adds nothing.
+    shown_in: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -52,5 +54,11 @@ class CheckResult:
     def __str__(self) -> str:
         return reports.format_check(self)
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # for debugging; IPython shows _ipython_display_ instead
         return f"CheckResult({self.exercise!r}, passed={self.passed}, {self.n_passed}/{len(self.cases)} cases)"
+
+    def _repr_html_(self) -> str:
+        return reports.format_html(self)
+
+    def _ipython_display_(self) -> None:
+        reports.display_once(self)

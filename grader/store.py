@@ -1,11 +1,23 @@
-"""Which exercises pass, kept in a small JSON file so that it survives kernel restarts."""
+"""Which exercises pass, kept in a small JSON file so that it survives kernel restarts.
+
+One entry per exercise: "passed" (ever), "best" (the latest passing run, else the run that passed the most cases)
+and "last" (the latest run), each run as {"n", "total", "status", "when", "where"}. The table shows the best run as
+the status and the last run beside it, so a pass followed by a run of the stubs reads "✓ passed 7/7" and
+"last run 0/7, not attempted" — never a ✓ next to 0/7. Files from before (keys passed, last "n/N", last_passed,
+when, where) are read as they stand and rewritten on the next record.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from html import escape
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .results import CheckResult
 
 
 def path() -> Path:
@@ -15,21 +27,46 @@ def path() -> Path:
 
 def load() -> dict:
     try:
-        return json.loads(path().read_text())
+        data = json.loads(path().read_text())
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
-def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: str) -> None:
+def _run(n: int, total: int, status: str | None, when: str, where: str) -> dict:
+    return {"n": n, "total": total, "status": status, "when": when, "where": where}
+
+
+def entry(raw: object) -> dict | None:
+    """An exercise's entry in the current form ({"passed", "best", "last"}) from a file of any age; None: unusable."""
+    if not isinstance(raw, dict):
+        return None
+    if isinstance(raw.get("last"), dict):
+        last = raw["last"]
+        return {"passed": bool(raw.get("passed")), "best": raw.get("best") or last, "last": last}
+    try:  # the old form: "last" is "n/N" and when/where belong to the last run
+        n, total = (int(x) for x in str(raw.get("last", "")).split("/"))
+    except ValueError:
+        n = total = 0
+    last_passed = bool(raw.get("last_passed"))
+    last = _run(n, total, "passed" if last_passed else None, raw.get("when", ""), raw.get("where", ""))
+    passed = bool(raw.get("passed"))
+    best = last if last_passed or not passed else _run(total, total, "passed", "", "")  # when it passed is unknown
+    return {"passed": passed, "best": best, "last": last}
+
+
+def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: str, n_todo: int = 0) -> None:
+    """Store one run; n_todo: how many cases were not attempted (all of them: the status is "not attempted")."""
+    status = "passed" if passed else "not attempted" if n_total and n_todo == n_total else "failing"
+    run = _run(n_passed, n_total, status, time.strftime("%Y-%m-%d %H:%M"), where)
     data = load()
-    previous = data.get(exercise_id, {})
-    data[exercise_id] = {
-        "passed": passed or bool(previous.get("passed")),  # a pass stays a pass; the latest attempt is shown too
-        "last": f"{n_passed}/{n_total}",
-        "last_passed": passed,
-        "when": time.strftime("%Y-%m-%d %H:%M"),
-        "where": where,
-    }
+    old = entry(data.get(exercise_id))
+    best = run
+    if old is not None and not passed:
+        kept = old["best"]
+        if old["passed"] or kept.get("n", 0) > n_passed:
+            best = kept
+    data[exercise_id] = {"passed": passed or bool(old and old["passed"]), "best": best, "last": run}
     try:
         path().parent.mkdir(parents=True, exist_ok=True)
         tmp = path().with_suffix(".tmp")
@@ -39,19 +76,61 @@ def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: s
         pass  # a read-only home must not break grading
 
 
-def table() -> str:
+def record_check(r: CheckResult) -> None:
+    """Store the run a CheckResult describes (where: the environment it was graded on)."""
+    record(r.exercise, r.passed, r.n_passed, len(r.cases), r.environment,
+           n_todo=sum(c.status == "NOT ATTEMPTED" for c in r.cases))
+
+
+def _describe(run: dict) -> str:
+    parts = [f"{run.get('n', 0)}/{run.get('total', 0)}", run.get("status"), run.get("when"), run.get("where")]
+    return ", ".join(str(p) for p in parts if p)
+
+
+def _rows() -> tuple[list[tuple[str, str, str, str, str]], int, int]:
+    """(exercise, notebook, mark, status, last run) per exercise, the number passed, the number of exercises."""
     from .exercises import EXERCISES
 
     data = load()
-    lines = ["exercise               notebook                 status      last run"]
+    rows, done = [], 0
     for ex in EXERCISES.values():
-        entry = data.get(ex.id)
-        if entry is None:
-            status, last = "·  not run", ""
-        else:
-            status = "✓  passed" if entry.get("passed") else "✗  failing"
-            last = f"{entry.get('last', '')} cases, {entry.get('when', '')}, {entry.get('where', '')}"
-        lines.append(f"{ex.id:<22} {ex.notebook:<24} {status:<11} {last}")
-    done = sum(bool(data.get(e, {}).get("passed")) for e in EXERCISES)
-    lines.append(f"\n{done}/{len(EXERCISES)} exercises passed  (stored in {path()})")
+        e = entry(data.get(ex.id))
+        if e is None:
+            rows.append((ex.id, ex.notebook, "·", "not run", ""))
+            continue
+        done += e["passed"]
+        best = _describe({**e["best"], "status": None})
+        status = f"passed {best}" if e["passed"] else f"not passed yet (best: {best})"
+        rows.append((ex.id, ex.notebook, "✓" if e["passed"] else "✗", status, _describe(e["last"])))
+    return rows, done, len(EXERCISES)
+
+
+_HEADINGS = ("exercise", "notebook", "", "status (best run)", "last run")
+
+
+def table() -> str:
+    rows, done, total = _rows()
+    widths = [max(len(row[i]) for row in [_HEADINGS, *rows]) for i in range(len(_HEADINGS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [_HEADINGS, *rows]]
+    lines.append(f"\n{done}/{total} exercises passed  (stored in {path()})")
     return "\n".join(lines)
+
+
+def table_html() -> str:
+    rows, done, total = _rows()
+    colour = {"✓": "#1a7f37", "✗": "#cf222e", "·": "inherit"}
+    head = "".join(f'<th style="text-align:left">{escape(h)}</th>' for h in _HEADINGS)
+    body = "".join(f"<tr><td style=\"text-align:left\">{escape(ex)}</td><td style=\"text-align:left\">"
+                   f"{escape(nb)}</td><td style=\"color:{colour[mark]}\"><b>{mark}</b></td>"
+                   f"<td style=\"text-align:left\">{escape(status)}</td><td style=\"text-align:left;opacity:.8\">"
+                   f"{escape(last)}</td></tr>" for ex, nb, mark, status, last in rows)
+    return (f'<table style="font-size:90%"><tr>{head}</tr>{body}</table>'
+            f'<div style="opacity:.7;font-size:90%">{done}/{total} exercises passed (stored in '
+            f"{escape(str(path()))})</div>")
+
+
+def show() -> None:
+    """The progress table, shown once: HTML with a text fallback under IPython, printed elsewhere."""
+    from .reports import emit
+
+    emit(table(), table_html())
