@@ -32,15 +32,15 @@ def runs(idx: list[int]) -> list[tuple[int, int]]:
 def pattern(idx: list[int], n: int, max_runs: int = 4) -> str:
     """Where the indices sit in range(n), said briefly: the runs, a period, or the first one and how many."""
     if len(runs(idx)) <= max_runs:
-        return ranges(idx)
+        return f"{ranges(idx)} of 0–{n - 1}"
     hit = set(idx)
     for p in (q for q in (2, 4, 8, 16, 32, 64, 128, 256) if q <= n // 2):  # block sizes are powers of two
         residues = {i % p for i in hit}
         if len(residues) < p and all((i % p in residues) == (i in hit) for i in range(n)):
             offsets = sorted(residues)
-            what = ranges(offsets) if len(runs(offsets)) <= max_runs else f"{len(offsets)} of every {p}"
-            return f"{what} of every {p} (a period of {p}: look at what depends on the position inside a block)"
-    return f"{len(hit)} of {n}, the first at {min(hit)}"
+            what = ranges(offsets) if len(runs(offsets)) <= max_runs else f"{len(offsets)} positions"
+            return f"{what} of every {p}, from 0 to {n - 1} (look at what depends on the position inside a block)"
+    return f"{len(hit)} of {n}, the first {min(hit)}"
 
 
 def close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, slack: float = 1.0) -> torch.Tensor:
@@ -64,7 +64,7 @@ def where(bad: torch.Tensor, axis_names: tuple[str, ...]) -> list[str]:
         per = bad.any(dim=other) if other else bad
         hit = per.nonzero().flatten().tolist()
         if len(hit) < bad.shape[axis]:
-            notes.append(f"{name} {pattern(hit, bad.shape[axis])} of 0–{bad.shape[axis] - 1}")
+            notes.append(f"{name} {pattern(hit, bad.shape[axis])}")
     return notes
 
 
