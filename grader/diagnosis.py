@@ -29,8 +29,8 @@ def runs(idx: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def pattern(idx: list[int], n: int, max_runs: int = 4) -> str:
-    """Where the indices sit in range(n), said briefly: the runs, a period, or the first one and how many."""
+def pattern(idx: list[int], n: int, max_runs: int = 4) -> str | None:
+    """Where the indices sit in range(n), said briefly: a few runs, or a period; None when they are scattered."""
     if len(runs(idx)) <= max_runs:
         return f"{ranges(idx)} of 0–{n - 1}"
     hit = set(idx)
@@ -40,7 +40,7 @@ def pattern(idx: list[int], n: int, max_runs: int = 4) -> str:
             offsets = sorted(residues)
             what = ranges(offsets) if len(runs(offsets)) <= max_runs else f"{len(offsets)} positions"
             return f"{what} of every {p}, from 0 to {n - 1} (look at what depends on the position inside a block)"
-    return f"{len(hit)} of {n}, the first {min(hit)}"
+    return None  # scattered: no pattern worth a line
 
 
 def close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, slack: float = 1.0) -> torch.Tensor:
@@ -64,7 +64,9 @@ def where(bad: torch.Tensor, axis_names: tuple[str, ...]) -> list[str]:
         per = bad.any(dim=other) if other else bad
         hit = per.nonzero().flatten().tolist()
         if len(hit) < bad.shape[axis]:
-            notes.append(f"{name} {pattern(hit, bad.shape[axis])}")
+            described = pattern(hit, bad.shape[axis])
+            if described:
+                notes.append(f"{name} {described}")
     return notes
 
 

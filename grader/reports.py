@@ -82,7 +82,8 @@ def format_check(r: CheckResult) -> str:
     rows = [row[:1] + row[2:] + row[1:2] for row in (_HEADINGS, *(_row(c) for c in r.cases))]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADINGS))]
     lines = [*_header(r), ""]
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    if _overall(r) != "NOT ATTEMPTED":  # a table of nothing but TODO rows says less than the one line below
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     groups = _problem_groups(r)
     if groups:
         lines.append("")
