@@ -104,7 +104,7 @@ def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: S
         explained = close(out, alt, dtype, slack=8.0)
         if bool(explained[wrong].all()) and bool(wrong.any()):
             found.append(f"looks like: {bug.name} — {bug.why}")
-    return found
+    return list(dict.fromkeys(found))  # one bug simulated at several block sizes is one finding
 
 
 def batch_head_hint(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> str | None:

@@ -122,30 +122,38 @@ def _mark_html(status: str, text: str | None = None) -> str:
     return f'<b style="color:{_COLOUR[status]}">{escape(text or _MARK[status])}</b>'
 
 
-def _table_html(cases: list[CaseResult]) -> str:
-    head = "".join(f'<th style="text-align:left">{escape(h)}</th>' for h in _HEADINGS)
-    body = "".join("<tr>" + "".join(f'<td style="text-align:left">{escape(cell)}</td>' for cell in _row(c)[:-1])
-                   + f"<td>{_mark_html(c.status)}</td></tr>" for c in cases)
-    return f'<table style="margin:.3em 0;font-size:90%"><tr>{head}</tr>{body}</table>'
+def _table_html(cases: list[CaseResult], problems: bool = False) -> str:
+    headings = _HEADINGS + (("what is wrong",) if problems else ())
+    head = "".join(f'<th style="text-align:left">{escape(h)}</th>' for h in headings)
+    rows = []
+    for c in cases:
+        cells = "".join(f'<td style="text-align:left">{escape(cell)}</td>' for cell in _row(c)[:-1])
+        cells += f"<td>{_mark_html(c.status)}</td>"
+        if problems:
+            cells += '<td style="text-align:left">' + "<br>".join(escape(p) for p in c.problems) + "</td>"
+        rows.append(f'<tr style="vertical-align:top">{cells}</tr>')
+    return f'<table style="margin:.3em 0;font-size:90%"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
 def format_html(r: CheckResult) -> str:
+    """Header, verdict, what to look at (the hints, each once), the failing cases with what is wrong, then the
+    passing ones folded away."""
     word, rest = _verdict(r).split(": ", 1)
     head, *sub = _header(r)
     out = [f"<div><b>{escape(head)}</b></div>",
            *(f'<div style="opacity:.7;font-size:90%">{escape(s)}</div>' for s in sub),
            f'<div style="margin:.4em 0">{_mark_html(_overall(r), word)}: {escape(rest)}</div>']
-    failing = [c for c in r.cases if c.status != "PASS"]
-    if failing:
-        out.append(_table_html(failing))
-    for status, problems, members in _problem_groups(r):
-        items = "".join(f"<li>{escape(p)}</li>" for p in problems)
-        out.append(f"<div>{escape(_cases([m.index for m in members]))}: {_mark_html(status)}"
-                   f'<ul style="margin:.1em 0">{items}</ul></div>')
     hints = _hints(r)
     if hints:
-        items = "".join(f"<li><i>{escape(_hint_label(ns))}</i>: {escape(h)}</li>" for h, ns in hints)
-        out.append(f'<ul style="margin:.3em 0">{items}</ul>')
+        items = "".join(f"<li>{escape(h)} <i style='opacity:.7'>({escape(_cases(ns))})</i></li>" if ns
+                        else f"<li>{escape(h)}</li>" for h, ns in hints)
+        out.append(f'<div><b>What to look at</b></div><ul style="margin:.2em 0 .4em 0">{items}</ul>')
+    failing = [c for c in r.cases if c.status != "PASS"]
+    if _overall(r) == "NOT ATTEMPTED":
+        problems = dict.fromkeys(p for c in failing for p in c.problems)
+        out.append('<ul style="margin:.2em 0">' + "".join(f"<li>{escape(p)}</li>" for p in problems) + "</ul>")
+    elif failing:
+        out.append(_table_html(failing, problems=True))
     passing = [c for c in r.cases if c.status == "PASS"]
     if passing:
         out.append(f"<details><summary>{escape(_cases([c.index for c in passing]))}: {_mark_html('PASS')}"

@@ -97,10 +97,11 @@ def test_html_is_escaped_coloured_and_puts_failures_first():
               "seed 1234", "18 cases", "graded: the export cells of 05", "FAILED", "seed=1234"):
         assert s in html, s
     assert '<b style="color:#cf222e">FAIL</b>' in html and '<b style="color:#1a7f37">PASS</b>' in html
-    failing, passing = html.index(">18</td>"), html.index("<details>")
-    assert failing < html.index("cases 1–4, 6, 8–16, 18") < html.index("scale missing") < passing
-    assert html.count("scale missing") == 1 and "hint (cases 3, 7, 12)" in html
-    assert html[passing:].count("<tr>") == 3  # the two passing cases, collapsed, under a heading row
+    look, failing, passing = html.index("What to look at"), html.index(">1</td>"), html.index("<details>")
+    assert look < html.index("(cases 3, 7, 12)") < failing < passing  # the diagnosis first, then the cases
+    assert html.count("scale missing") == 1  # each hint once, with its cases
+    assert "what is wrong" in html and "raised KeyError: &#x27;missing&#x27;" in html[failing:passing]
+    assert html[passing:].count("<tr") == 3  # the two passing cases, collapsed, under a heading row
     todo = result([case(1, "NOT ATTEMPTED", ["not attempted yet"])])._repr_html_()
     assert "NOT ATTEMPTED YET" in todo and "PASSED" not in todo and "#9a6700" in todo
 

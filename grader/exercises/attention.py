@@ -170,21 +170,21 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
         if case.n_k <= bn:
             continue
         bugs += [
-            BugModel(f"accumulator not rescaled (BLOCK_N={bn})",
+            BugModel("accumulator not rescaled",
                      "acc was not multiplied by alpha = exp(m_old − m_new) when the running max grew",
                      lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_acc=False)),
-            BugModel(f"running sum not rescaled (BLOCK_N={bn})",
+            BugModel("running sum not rescaled",
                      "l was not multiplied by alpha = exp(m_old − m_new) when the running max grew",
                      lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_l=False)),
-            BugModel(f"divided by l inside the loop (BLOCK_N={bn})",
+            BugModel("divided by l inside the loop",
                      "acc was divided by the running sum in every iteration: earlier blocks end up divided by a "
                      "partial sum; keep acc unnormalised in the loop and divide by l once, after it",
                      lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside")),
-            BugModel(f"divided by l inside the loop and again at the end (BLOCK_N={bn})",
+            BugModel("divided by l inside the loop and again at the end",
                      "acc was divided by the running sum in every iteration and once more after the loop; "
                      "divide once, after the loop",
                      lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside+end")),
-            BugModel(f"exponentials against the old max (BLOCK_N={bn})",
+            BugModel("exponentials against the old max",
                      "p = exp(s − m_old) used the running max from before this block; use the updated max m_new",
                      lambda bn=bn: online(q, k, v, scale, bn, causal, exp_max="old")),
         ]
@@ -193,7 +193,7 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
     for b in square:
         # (a max over the wrong axis alone is harmless but for overflow, which an fp64 simulation does not mimic)
         for which, kw in (("max and sum", {}), ("sum", {"max_axis0": False})):
-            bugs.append(BugModel(f"reduced along the wrong axis ({which}, {b}×{b} tiles)",
+            bugs.append(BugModel(f"reduced along the wrong axis ({which})",
                                  f"the row {which} of the score tile was taken over axis 0 (the query axis); "
                                  "reduce each row over its keys: axis=1 (dim=-1)",
                                  lambda b=b, kw=kw: wrong_axis(q, k, v, scale, b, causal, **kw)))
