@@ -27,7 +27,7 @@ __all__ = ["setup", "check", "benchmark", "progress", "reference", "load_noteboo
            "Environment", "CheckResult", "TOLERANCES"]
 __version__ = "0.1.0"
 
-# Imported on first use, so that torch-free tools (python -m grader.build) run without torch installed.
+# Imported on first use, so that torch-free tools (python -m grader.tools.build) run without torch installed.
 _LAZY = {"benchmark": "benchmarks", "check": "checking", "CheckResult": "results", "Environment": "environment",
          "EXERCISES": "exercises", "load_notebook": "notebooks", "reference": "notebooks",
          "TOLERANCES": "tolerances"}

@@ -18,9 +18,13 @@ from .exercises.base import Case, Exercise, fmt_dtype
 from .results import CaseResult, CheckResult
 from .safety import run_learner
 
-#: a case's time budget is this multiple of the reference solution's time on it, and at least FLOOR_S
+#: a case's time budget is this multiple of the reference solution's time on it, and at least floor_s()
 BUDGET_FACTOR = 25.0
-FLOOR_S = {"interpreter": 10.0, "gpu": 30.0}  # a GPU's first call compiles the kernel
+
+
+def floor_s(ex: Exercise, env) -> float:
+    """The least a case gets: 10 s, or 30 s for a kernel on a GPU, whose first call compiles it."""
+    return 30.0 if ex.triton and not env.interpreter else 10.0
 _REFERENCE_SECONDS: dict[tuple, float] = {}  # (environment, exercise, case name, shapes) -> seconds
 
 
@@ -52,7 +56,7 @@ def _reference_seconds(ex: Exercise, case: Case, env, reference: Callable | None
 
 
 def _budget(ref_s: float | None, ex: Exercise, env) -> float:
-    floor = FLOOR_S["interpreter" if env.interpreter else "gpu"]
+    floor = floor_s(ex, env)
     if ref_s is None:
         return max(ex.budget_s * (3 if env.interpreter else 1), floor)
     return max(BUDGET_FACTOR * ref_s, floor)
@@ -109,7 +113,7 @@ def _run_case(ex: Exercise, fn: Callable, case: Case, index: int, env, reference
     elif outcome.kind != "ok":
         message = outcome.message
         if outcome.kind == "timeout" and ref_s is not None:
-            floor = FLOOR_S["interpreter" if env.interpreter else "gpu"]
+            floor = floor_s(ex, env)
             message += (f" (the reference solution takes {ref_s:.2g} s on this case; the budget is "
                         f"{BUDGET_FACTOR:g}× that, at least {floor:g} s)")
         res.problems.append(message)

@@ -72,9 +72,9 @@ def _tiled_dividing_inside(q, k, v, sm_scale=None, block_m=64, block_n=64):
     out = torch.empty_like(q)
     for i in range(0, q.shape[-2], block_m):
         qi = q[..., i:i + block_m, :].float()
-        m = torch.full(qi.shape[:-1], float("-inf"))
-        l_ = torch.zeros(qi.shape[:-1])
-        acc = torch.zeros(qi.shape)
+        m = torch.full(qi.shape[:-1], float("-inf"), device=q.device)
+        l_ = torch.zeros(qi.shape[:-1], device=q.device)
+        acc = torch.zeros(qi.shape, device=q.device)
         for j in range(0, k.shape[-2], block_n):
             s = qi @ k[..., j:j + block_n, :].float().transpose(-1, -2) * scale
             m_new = torch.maximum(m, s.amax(-1))

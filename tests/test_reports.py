@@ -142,7 +142,8 @@ def _jupyter(cells: list[str], tmp_path: Path) -> list[list[tuple[str, dict]]]:
         print("RESULT" + json.dumps(runs))
     """)
     env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython"), "FA_COURSE_PROGRESS": str(tmp_path / "p.json"),
-           "PYTHONPATH": str(ROOT), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     done = subprocess.run([sys.executable, "-Xfrozen_modules=off", "-c", script, json.dumps(cells)],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr
