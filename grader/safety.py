@@ -1,25 +1,44 @@
 """Run a learner's function so that nothing it does can take the notebook down.
 
-Three mechanisms, each turning a crash or a hang into a message:
-- a time budget (SIGALRM in the main thread, an asynchronous exception elsewhere) that stops Python loops,
-  which is what an endless kernel is on the Triton interpreter;
-- bounds checking of every tl.load / tl.store the interpreter executes, against the tensors passed to the kernel
-  (an unmasked access past the end would otherwise read or write arbitrary host memory and can kill the process);
-- guard regions around the tensors the grader hands over and the ones the learner allocates during the call:
-  NaN-filled, so an unmasked read shows up in the output, and checked afterwards for writes (this is what
-  catches out-of-bounds accesses on a real GPU, where no per-access check is possible).
+Mechanisms, each turning a crash, a hang or noise into a message:
+- a time budget: CaseTimeout raised in the learner's code (SIGALRM in the main thread, an asynchronous exception
+  elsewhere), which stops Python loops, and an endless kernel on the Triton interpreter is one. The stop is
+  delivered again every _REDELIVER_S until the function ends; once it has been caught (a bare `except:`), a trace
+  function also raises it from inside the learner's except clauses and right after a stop was dropped, so it
+  climbs out of every catch-all (CaseTimeout.__del__ re-arms the trace function, which CPython turns off when it
+  raises). After _MAX_STOPS deliveries the grader gives up and says so (nested catch-alls that keep every
+  stop alive can outlast it; the function then runs on until it ends or the person interrupts it);
+- bounds checking of every pointer access the interpreter executes (tl.load / tl.store, the atomics, tensor
+  descriptors) against the tensors passed to the kernel: an access outside them would otherwise read or write
+  arbitrary host memory and can kill the process;
+- guard regions around the tensors the grader hands over and the float tensors the learner allocates during the
+  call: NaN-filled, so an unmasked read shows up in the output, and checked afterwards for writes (this is what
+  catches out-of-bounds accesses on a real GPU, where no per-access check is possible). Their cost is bounded:
+  guards of at most _MAX_GUARD elements, at most _MAX_GUARDED_BYTES of guarded allocations per call;
+- every exception the learner's code raises, BaseExceptions such as SystemExit included, becomes a failed case
+  (KeyboardInterrupt excepted: the person pressed stop, so it propagates), and warnings raised during the call
+  (numpy's overflow warnings from the interpreter) are silenced instead of landing in the middle of the report.
+
+What an in-process grader cannot contain: os._exit(), a hard crash in native code, a CUDA context corrupted by an
+illegal memory access on a GPU (the message says to restart the kernel).
 """
 
 from __future__ import annotations
 
+import ast
 import ctypes
+import os
+import re
 import signal
+import sys
+import sysconfig
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from types import CodeType, FrameType
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -33,44 +52,189 @@ class CaseTimeout(BaseException):
     exceptions) do not swallow it.
     """
 
+    def __del__(self) -> None:
+        # Freed while the budget is still enforced: the learner's code caught this stop and dropped it.
+        stop = _active
+        if stop is not None and stop.hard and threading.get_ident() == stop.thread:
+            stop.swallowed = True
+            stop.install_tracer(sys._getframe(1))
+
 
 class OutOfBoundsAccess(Exception):
-    """An interpreted tl.load / tl.store touched memory outside every tensor argument of the kernel."""
+    """An interpreted pointer access touched memory outside every tensor argument of the kernel."""
 
 
 # --------------------------------------------------------------------------------------------- time budget
-@contextmanager
-def time_budget(seconds: float) -> Iterator[None]:
-    if seconds is None or seconds <= 0:
-        yield
-        return
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM"):
-        def _on_alarm(signum, frame):  # noqa: ARG001
-            raise CaseTimeout()
+_REDELIVER_S = 0.25  # seconds between two deliveries of the stop once the budget is spent
+_MAX_STOPS = 20  # deliveries before the grader gives up (about 5 s past the budget)
 
-        previous = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-        return
-    # Not the main thread (or no SIGALRM, e.g. Windows): raise asynchronously in this thread.
-    target = threading.get_ident()
-    done = threading.Event()
+_active: _Stop | None = None  # the budget being enforced now
+_OWN_FILE = os.path.abspath(__file__)
+_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for p in
+                              [os.path.dirname(_OWN_FILE)] + [sysconfig.get_paths()[k] for k in
+                                                              ("stdlib", "platstdlib", "purelib", "platlib")]}))
+_learner_code: dict[CodeType, bool] = {}
 
-    def _fire():
-        if not done.wait(seconds):
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), ctypes.py_object(CaseTimeout))
 
-    timer = threading.Thread(target=_fire, daemon=True)
-    timer.start()
+def _is_own(code: CodeType) -> bool:
+    return code.co_filename == _OWN_FILE
+
+
+def _is_learner(code: CodeType) -> bool:
+    """Code outside the standard library, installed packages and the grader: notebook cells, the learner's files."""
+    known = _learner_code.get(code)
+    if known is None:
+        name = code.co_filename
+        known = not (name.startswith("<frozen") or os.path.abspath(name).startswith(_LIBRARY_DIRS)
+                     or f"{os.sep}site-packages{os.sep}" in name or f"{os.sep}dist-packages{os.sep}" in name)
+        _learner_code[code] = known
+    return known
+
+
+def _set_async_exc(thread: int, exc: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exc))
+
+
+class _Unchain(Exception):
+    pass
+
+
+def _raise_unchained() -> NoReturn:
+    # A new CaseTimeout raised while one is being handled would keep the handled one alive as its __context__;
+    # unchained, the handled one is freed as soon as the learner's except clause is left, and its __del__ re-arms
+    # the trace function (which CPython switches off when a trace function raises).
     try:
-        yield
-    finally:
-        done.set()
-        timer.join()
+        raise _Unchain
+    except _Unchain as e:
+        e.__context__ = None
+        raise CaseTimeout() from None
+
+
+def _tracer(frame: FrameType, event: str, arg: Any) -> Any:  # noqa: ARG001
+    """In the learner's frames, once a stop was caught: raise it again from inside except clauses (and right
+    after a stop was swallowed, e.g. by contextlib.suppress), so that it climbs out of every catch-all."""
+    stop = _active
+    if stop is None or not stop.hard or threading.get_ident() != stop.thread or not _is_learner(frame.f_code):
+        return None
+    if event == "line" and (stop.swallowed or isinstance(sys.exc_info()[1], CaseTimeout)):
+        stop.swallowed = False
+        _raise_unchained()
+    return _tracer
+
+
+class _Stop:
+    """Delivers CaseTimeout to the calling thread once `seconds` have passed, then every _REDELIVER_S until exit."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.thread = threading.get_ident()
+        self.stops = 0  # deliveries so far
+        self.hard = False  # a stop was caught: the trace function helps the next ones out of except clauses
+        self.swallowed = False
+        self.gave_up = False
+        self._armed = False
+        self._traced = False
+        self._signal = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
+
+    def __enter__(self) -> _Stop:
+        global _active
+        if self.seconds is None or self.seconds <= 0:
+            return self
+        self._outer, _active = _active, self
+        self._previous_trace = sys.gettrace()
+        self._armed = True
+        if self._signal:
+            self._previous_handler = signal.signal(signal.SIGALRM, self._on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds, _REDELIVER_S)
+        else:  # not the main thread (or no SIGALRM, e.g. Windows): raise asynchronously in this thread
+            self._done = threading.Event()
+            self._timer = threading.Thread(target=self._deliver_async, daemon=True)
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disarm()
+
+    def disarm(self) -> None:
+        """Stop delivering, restore the signal handler and trace function. Idempotent."""
+        global _active
+        if not self._armed:
+            return
+        self._armed = self.hard = False
+        if self._signal:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous_handler)
+        else:
+            self._stop_timer()
+        self._untrace()
+        _active = self._outer
+
+    def _stop_timer(self) -> None:
+        # A stop already sent is raised here and dropped. (Clearing it with PyThreadState_SetAsyncExc(id, NULL)
+        # would leave CPython 3.11's eval breaker set for good, and a later sys.settrace then hangs the thread.)
+        # The timer sends at most one stop per _REDELIVER_S, so the loop ends at its second pass at the latest.
+        while True:
+            try:
+                self._done.set()
+                self._timer.join()
+                for _ in range(8):  # backward jumps: the interpreter raises a pending asynchronous exception
+                    pass
+                return
+            except CaseTimeout:
+                continue
+
+    def _next_stop(self) -> bool:
+        """Count a delivery; False when the grader gives up instead."""
+        if self.stops >= _MAX_STOPS:
+            self.gave_up, self.hard = True, False
+            print(f"grader: your function caught the stop of its time budget {self.stops} times (a bare "
+                  "`except:` or `except BaseException:`), so the grader cannot end it and stops trying. Interrupt "
+                  "the kernel (■, or Kernel → Interrupt; restart it if that is caught too) and let BaseExceptions "
+                  "through: catch `Exception` instead.", file=sys.stderr, flush=True)
+            return False
+        self.stops += 1
+        self.hard = self.stops >= 2  # the first stop did not end the function
+        return True
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:  # noqa: ARG002
+        if not self._armed or frame is None or _is_own(frame.f_code):
+            return  # the grader's own code is running: the function has returned, or not started yet
+        if not self._next_stop():
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._untrace()
+            return
+        if self.hard:
+            self.install_tracer(frame)
+        raise CaseTimeout()
+
+    def _deliver_async(self) -> None:
+        if self._done.wait(self.seconds):
+            return
+        while not self._done.is_set() and self._next_stop():
+            _set_async_exc(self.thread, CaseTimeout)
+            if self._done.wait(_REDELIVER_S):
+                return
+
+    def install_tracer(self, frame: FrameType | None) -> None:
+        """Trace the learner's frames from `frame` up to the grader's call (must run in the learner's thread)."""
+        if not self._armed:
+            return
+        self._traced = True
+        sys.settrace(_tracer)
+        while frame is not None and not _is_own(frame.f_code):
+            if _is_learner(frame.f_code):
+                frame.f_trace = _tracer
+            frame = frame.f_back
+
+    def _untrace(self) -> None:
+        if self._traced and threading.get_ident() == self.thread:
+            sys.settrace(self._previous_trace)
+            self._traced = False
+
+
+def time_budget(seconds: float | None) -> _Stop:
+    """`with time_budget(s):` raises CaseTimeout in the block once s seconds have passed (again until it ends)."""
+    return _Stop(seconds)
 
 
 # ------------------------------------------------------------------------------ interpreter bounds checking
@@ -111,8 +275,8 @@ def _regions_of(names, values) -> list[_Region]:
     return regions
 
 
-def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], kind: str, grid_idx) -> str:
-    lines = [f"tl.{kind} in program {tuple(grid_idx) if grid_idx is not None else '?'} touched "
+def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], what: str, grid_idx) -> str:
+    lines = [f"{what} in program {tuple(grid_idx) if grid_idx is not None else '?'} touched "
              f"{addrs.size} address(es) outside every tensor passed to the kernel."]
     if regions:
         def gap(r: _Region) -> int:
@@ -132,8 +296,88 @@ def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], kin
     return " ".join(lines)
 
 
+def _check_access(builder: Any, ptrs: Any, mask: Any | None, what: str) -> None:
+    """Raise OutOfBoundsAccess if an active (mask) pointer of `ptrs` lies outside the launch's tensors."""
+    regions = getattr(_launch, "regions", None)
+    if regions is None:
+        return
+    addrs = np.asarray(ptrs.data).astype(np.uint64, copy=False)
+    if mask is not None:
+        addrs = addrs[np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)]
+    addrs = addrs.reshape(-1).astype(np.int64)
+    if addrs.size == 0:
+        return
+    itemsize = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
+    inside = np.zeros(addrs.shape, dtype=bool)
+    for r in regions:
+        inside |= (addrs >= r.start) & (addrs + itemsize <= r.end)
+    if not inside.all():
+        raise OutOfBoundsAccess(_describe_miss(addrs[~inside], itemsize, regions, what,
+                                               getattr(builder, "grid_idx", None)))
+
+
+_ATOMIC_NAMES = {"ADD": "add", "FADD": "add", "MIN": "min", "UMIN": "min", "MAX": "max", "UMAX": "max",
+                 "AND": "and", "OR": "or", "XOR": "xor", "XCHG": "xchg"}
+
+
+def _descriptor_rows(desc, x_offsets, y_offset, handle_cls) -> tuple[Any, Any]:
+    """The pointers and mask of a descriptor gather / scatter: one descriptor row per x offset."""
+    rows = [desc.materialize_pointers([handle_cls(np.asarray(x), x_offsets.dtype), y_offset])
+            for x in x_offsets.data]
+    ptrs = handle_cls(np.stack([p.data for p, _ in rows]), rows[0][0].dtype)
+    return ptrs, handle_cls(np.stack([m.data for _, m in rows]), rows[0][1].dtype)
+
+
+def _pointer_ops(interp) -> dict[str, Callable[..., tuple[str, Any, Any]]]:
+    """Every InterpreterBuilder method that dereferences pointers → (args → (what the kernel wrote, ptrs, mask))."""
+    def descriptor(args) -> tuple[Any, Any]:
+        desc = next(a for a in args if isinstance(a, interp.TensorDescHandle))
+        return desc.materialize_pointers(next(a for a in args if isinstance(a, list)))
+
+    h = interp.TensorHandle
+    return {
+        "create_load": lambda ptr, *a, **k: ("tl.load", ptr, None),
+        "create_store": lambda ptr, *a, **k: ("tl.store", ptr, None),
+        "create_masked_load": lambda ptrs, mask, *a, **k: ("tl.load", ptrs, mask),
+        "create_masked_store": lambda ptrs, value, mask, *a, **k: ("tl.store", ptrs, mask),
+        "create_atomic_rmw": lambda op, ptr, val, mask, *a, **k: (
+            f"tl.atomic_{_ATOMIC_NAMES.get(getattr(op, 'name', ''), 'rmw')}", ptr, mask),
+        "create_atomic_cas": lambda ptr, *a, **k: ("tl.atomic_cas", ptr, None),
+        "create_atomic_load": lambda ptr, mask, *a, **k: ("tl.atomic_load", ptr, mask),
+        "create_atomic_store": lambda ptr, val, mask, *a, **k: ("tl.atomic_store", ptr, mask),
+        "create_atomic_poll": lambda ptr, *a, **k: ("tl.atomic_poll", ptr, None),
+        "create_descriptor_load": lambda *a, **k: ("a tensor descriptor's load", *descriptor(a)),
+        "create_descriptor_store": lambda *a, **k: ("a tensor descriptor's store", *descriptor(a)),
+        "create_descriptor_reduce": lambda *a, **k: ("a tensor descriptor's atomic", *descriptor(a)),
+        "create_descriptor_gather": lambda desc, x, y, *a, **k: ("a tensor descriptor's gather",
+                                                                 *_descriptor_rows(desc, x, y, h)),
+        "create_descriptor_scatter": lambda desc, value, x, y, *a, **k: ("a tensor descriptor's scatter",
+                                                                         *_descriptor_rows(desc, x, y, h)),
+    }
+
+
+def _checked(original: Callable, pointers: Callable) -> Callable:
+    """`original`, checking its pointers first; accesses it makes through other checked methods are not re-checked
+    (create_load calls create_masked_load, a descriptor load does too)."""
+    def method(self, *args, **kwargs):
+        if getattr(_launch, "depth", 0):
+            return original(self, *args, **kwargs)
+        try:
+            what, ptrs, mask = pointers(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - an argument layout we do not know: the nested accesses are checked
+            return original(self, *args, **kwargs)
+        _check_access(self, ptrs, mask, what)
+        _launch.depth = 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _launch.depth = 0
+    method.__wrapped__ = original
+    return method
+
+
 def install_interpreter_bounds_check() -> bool:
-    """Patch Triton's interpreter so that out-of-bounds loads and stores raise OutOfBoundsAccess.
+    """Patch Triton's interpreter so that out-of-bounds pointer accesses raise OutOfBoundsAccess.
 
     Returns False when this Triton has no interpreter internals we recognise (the guard regions still work).
     """
@@ -145,8 +389,7 @@ def install_interpreter_bounds_check() -> bool:
         builder_cls = interp.InterpreterBuilder
         executor_cls = interp.GridExecutor
         orig_init = executor_cls._init_args_hst
-        orig_load = builder_cls.create_masked_load
-        orig_store = builder_cls.create_masked_store
+        ops = _pointer_ops(interp)
     except (ImportError, AttributeError):
         return False
 
@@ -155,36 +398,13 @@ def install_interpreter_bounds_check() -> bool:
         regions = _regions_of(self.arg_names, args_hst)
         regions += _regions_of(list(kwargs_hst), list(kwargs_hst.values()))
         _launch.regions = regions
+        _launch.depth = 0
         return args_hst, kwargs_hst
 
-    def _check(builder, ptrs, mask, kind: str) -> None:
-        regions = getattr(_launch, "regions", None)
-        if regions is None:
-            return
-        addrs = np.asarray(ptrs.data).astype(np.uint64, copy=False)
-        active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
-        addrs = addrs[active].astype(np.int64)
-        if addrs.size == 0:
-            return
-        itemsize = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
-        inside = np.zeros(addrs.shape, dtype=bool)
-        for r in regions:
-            inside |= (addrs >= r.start) & (addrs + itemsize <= r.end)
-        if not inside.all():
-            raise OutOfBoundsAccess(_describe_miss(addrs[~inside], itemsize, regions, kind,
-                                                   getattr(builder, "grid_idx", None)))
-
-    def create_masked_load(self, ptrs, mask, other, *args, **kwargs):
-        _check(self, ptrs, mask, "load")
-        return orig_load(self, ptrs, mask, other, *args, **kwargs)
-
-    def create_masked_store(self, ptrs, value, mask, *args, **kwargs):
-        _check(self, ptrs, mask, "store")
-        return orig_store(self, ptrs, value, mask, *args, **kwargs)
-
     executor_cls._init_args_hst = _init_args_hst
-    builder_cls.create_masked_load = create_masked_load
-    builder_cls.create_masked_store = create_masked_store
+    for name, pointers in ops.items():
+        if hasattr(builder_cls, name):
+            setattr(builder_cls, name, _checked(getattr(builder_cls, name), pointers))
     _installed = True
     return True
 
@@ -193,9 +413,19 @@ def install_interpreter_bounds_check() -> bool:
 _SENTINEL = {torch.float16: float("nan"), torch.bfloat16: float("nan"), torch.float32: float("nan"),
              torch.float64: float("nan")}
 
+# A guard catches accesses *just* outside a tensor: a ragged last block read or written without a mask (less than
+# one tile past the end), an offset a row or a tile off (a wrong stride). Tiles are at most 256 rows here, rows at
+# most a few thousand elements, so 1 Mi elements (a 256-row tile of 4096-element rows) covers every such overrun;
+# smaller tensors get a guard as large as themselves (at least 16384 elements, a 128×128 tile), as before.
+# An access further away is not "just outside": on the interpreter the per-access check reports it, on a GPU the
+# wrong values do.
+_MIN_GUARD = 1 << 14
+_MAX_GUARD = 1 << 20
+_MAX_GUARDED_BYTES = 256 << 20  # per call; the learner's allocations beyond it get no guards (still NaN-filled)
+
 
 def _guard_len(numel: int) -> int:
-    return max(numel, 1 << 14)
+    return max(_MIN_GUARD, min(numel, _MAX_GUARD))
 
 
 @dataclass
@@ -247,33 +477,69 @@ def inverse_perm(perm: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(inv)
 
 
-_FACTORIES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-              "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full"}
+_EMPTY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+_FILLED = {"zeros": 0, "zeros_like": 0, "new_zeros": 0, "ones": 1, "ones_like": 1, "new_ones": 1,
+           "full": None, "full_like": None, "new_full": None}  # None: the call's fill_value
+
+
+def _planned(func, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.device, Any] | None:
+    """For a factory call: the tensor it would make (on the meta device: no memory), its device and initial value
+    (None for torch.empty & co); None when it is no float allocation we guard."""
+    name = func.overloadpacket.__name__
+    if name not in _EMPTY and name not in _FILLED or "out" in func._schema.overload_name:
+        return None
+    bound = {**dict(zip((a.name for a in func._schema.arguments), args)), **kwargs}
+    if bound.get("pin_memory"):
+        return None
+    try:
+        meta = func(*args, **{**kwargs, "device": torch.device("meta")})
+    except Exception:  # noqa: BLE001 - a call the meta device does not support: leave it alone
+        return None
+    if not (meta.is_floating_point() and meta.layout == torch.strided and meta.numel() > 0):
+        return None
+    like = bound.get("self")
+    device = bound.get("device") or (like.device if isinstance(like, torch.Tensor) else torch.get_default_device())
+    value = float("nan") if name in _EMPTY else _FILLED[name] if _FILLED[name] is not None else bound["fill_value"]
+    return meta, torch.device(device), value
 
 
 class GuardAllocations(TorchDispatchMode):
-    """While active, every float tensor the code allocates lands inside a guarded buffer."""
+    """While active, float tensors the code allocates land inside guarded buffers (up to max_bytes of them).
 
-    def __init__(self) -> None:
+    torch.empty & co come back NaN-filled, guarded or not, so that elements the code never writes show up.
+    """
+
+    def __init__(self, max_bytes: int = _MAX_GUARDED_BYTES) -> None:
         super().__init__()
         self.guards: list[Guarded] = []
+        self.max_bytes = max_bytes
+        self.guarded_bytes = 0  # of the guarded buffers, guards included
+        self.unguarded = 0  # float allocations left without guards: over max_bytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if (func.overloadpacket.__name__ in _FACTORIES and isinstance(out, torch.Tensor)
-                and out.is_floating_point() and out.numel() > 0):
-            span = span_elements(out)
-            g = _guard_len(span)
-            buf = torch.full((g + span + g,), float("nan"), dtype=out.dtype, device=out.device)
-            view = buf.as_strided(out.shape, out.stride(), g)
-            if not func.overloadpacket.__name__.startswith(("empty", "new_empty")):
-                view.copy_(out)  # zeros, ones, full: keep the values; torch.empty stays NaN, so unwritten shows
-            guarded = Guarded(f"a tensor allocated inside your function ({tuple(out.shape)}, "
-                              f"{str(out.dtype).replace('torch.', '')})", buf, g, span)
-            guarded.seal()
-            self.guards.append(guarded)
-            return view
-        return out
+        kwargs = kwargs or {}
+        plan = _planned(func, args, kwargs)
+        if plan is None:
+            return func(*args, **kwargs)
+        meta, device, value = plan
+        span = span_elements(meta)
+        g = _guard_len(span)
+        nbytes = (g + span + g) * meta.element_size()
+        if self.guarded_bytes + nbytes > self.max_bytes:
+            self.unguarded += 1
+            return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=device).fill_(value)
+        # One buffer written once: the guards and the tensor's span take the sentinel or the value directly,
+        # no full-size temporary, no copy.
+        buf = torch.empty(g + span + g, dtype=meta.dtype, device=device)
+        buf[:g].fill_(float("nan"))
+        buf[g + span:].fill_(float("nan"))
+        buf[g:g + span].fill_(value)
+        self.guarded_bytes += nbytes
+        guarded = Guarded(f"a tensor allocated inside your function ({tuple(meta.shape)}, "
+                          f"{str(meta.dtype).replace('torch.', '')})", buf, g, span)
+        guarded.seal()
+        self.guards.append(guarded)
+        return buf.as_strided(meta.shape, meta.stride(), g)
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -286,6 +552,8 @@ class Outcome:
     seconds: float = 0.0
     guard_writes: list[str] = field(default_factory=list)
     mutated: list[str] = field(default_factory=list)
+    stops: int = 0  # how many times the time budget's stop was delivered
+    unguarded: int = 0  # float allocations left without guard regions (over GuardAllocations' byte cap)
 
 
 def _chain(e: BaseException) -> Iterator[BaseException]:
@@ -296,21 +564,65 @@ def _chain(e: BaseException) -> Iterator[BaseException]:
         e = e.__cause__ or e.__context__
 
 
+_QUOTED_STUB = re.compile(r"""NotImplementedError\(\s*((['"])(?:\\.|(?!\2).)*\2)\s*\)""")
+
+
+def _todo(e: BaseException) -> str | None:
+    """The message of the course's TODO stub (`raise NotImplementedError("TODO: ...")`) that `e` comes from, if any.
+
+    Inside a kernel the stub surfaces wrapped: the interpreter raises InterpreterError from it, Triton's compiler a
+    CompilationError (no chain) at the `raise` statement, whose text quotes the source.
+    """
+    for link in _chain(e):
+        if isinstance(link, NotImplementedError) and str(link).startswith("TODO"):
+            return str(link)
+        node = getattr(link, "node", None)
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+            func, arg = node.exc.func, node.exc.args[0]
+            if (isinstance(func, ast.Name) and func.id == "NotImplementedError" and isinstance(arg, ast.Constant)
+                    and isinstance(arg.value, str) and arg.value.startswith("TODO")):
+                return arg.value
+        if node is None:  # the compiler's text: only the source line the error points at (the one above "^")
+            lines = str(link).splitlines()
+            pointed = [lines[i - 1] for i, line in enumerate(lines) if i and line.strip() == "^"]
+            for text in pointed or [str(link)]:
+                for m in _QUOTED_STUB.finditer(text):
+                    try:
+                        message = ast.literal_eval(m.group(1))
+                    except (ValueError, SyntaxError):
+                        continue
+                    if message.startswith("TODO"):
+                        return message
+    return None
+
+
+def _describe(e: BaseException) -> str:
+    """`Type: message` of the error itself, looking through the interpreter's InterpreterError wrapper."""
+    inner = e
+    while type(inner).__name__ == "InterpreterError" and inner.__cause__ is not None:
+        inner = inner.__cause__
+    text = f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
+    return text + (" (in a Triton kernel)" if inner is not e else "")
+
+
 def classify(e: BaseException) -> tuple[str, str]:
     chain = list(_chain(e))
-    for link in chain:
-        if isinstance(link, NotImplementedError) or "NotImplementedError" in str(link):
-            text = str(link)
-            if "NotImplementedError(" in text:  # Triton's compiler quotes the source line
-                text = text.split("NotImplementedError(", 1)[1].split(")", 1)[0].strip("'\"")
-            return "not_attempted", f"not attempted yet (a TODO still raises NotImplementedError: {text})"
+    if any(isinstance(link, CaseTimeout) for link in chain):
+        return "timeout", "stopped: the case ran past its time budget."
+    todo = _todo(e)
+    if todo is not None:
+        return "not_attempted", f"not attempted yet: {todo}"
     for link in chain:
         if isinstance(link, OutOfBoundsAccess):
             return "out_of_bounds", f"out-of-bounds memory access. {link}"
     for link in chain:
         if "OutOfBoundsAccess" in repr(link):
             return "out_of_bounds", f"out-of-bounds memory access: {link}"
-    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, SystemExit):
+        call = "sys.exit()" if e.code is None else f"sys.exit({e.code!r})"
+        return "exception", (f"your function called {call} (SystemExit): a graded function must return its result, "
+                             "not end the program")
+    text = _describe(e)
     if "illegal memory access" in text or "CUDA error" in text:
         return "cuda_error", ("the GPU reported an error, most likely an out-of-bounds access in your kernel "
                               f"({text.splitlines()[0]}). The CUDA context is now unusable: restart the kernel "
@@ -322,32 +634,65 @@ def classify(e: BaseException) -> tuple[str, str]:
     return "exception", f"your function raised {short[:600]}"
 
 
+def _timeout_message(budget_s: float, stop: _Stop, caught: bool, seconds: float) -> str:
+    message = (f"stopped after {budget_s:g} s: the case ran past its time budget. An endless loop (a loop bound "
+               "that never ends, a pointer that never advances) is the usual cause.")
+    if stop.gave_up:
+        return (f"ran past its time budget of {budget_s:g} s, and your function caught the grader's stop {stop.stops} "
+                f"times (a bare `except:` or `except BaseException:`), so the grader gave up stopping it; it ended "
+                f"by itself after {seconds:.1f} s. Catch `Exception` instead, so that the stop gets through.")
+    if caught:
+        message += (" Your function caught the stop (a bare `except:` or `except BaseException:`) and was stopped "
+                    "anyway; catch `Exception` instead, so that the stop gets through.")
+    return message
+
+
+def _call(fn: Callable, args: tuple, kwargs: dict, stop: _Stop) -> tuple[Any, BaseException | None]:
+    # The stop is innermost: it is disarmed before any other context is left, so a late stop cannot interrupt
+    # leaving them (the dispatch mode's stack, the warning filters).
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        with stop:
+            try:
+                value = fn(*args, **kwargs)
+                if torch.cuda.is_available() and torch.cuda.is_initialized():
+                    torch.cuda.synchronize()
+                return value, None
+            except BaseException as e:  # noqa: BLE001 - anything the learner's code raises is a failed case
+                return None, e
+
+
 def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
                 inputs: dict[str, torch.Tensor], guards: list[Guarded], guard_allocations: bool) -> Outcome:
-    """Call fn(*args, **kwargs) and classify whatever happens."""
+    """Call fn(*args, **kwargs) and classify whatever happens.
+
+    Every exception is a failed case except KeyboardInterrupt (the person pressed stop), which propagates.
+    """
     snapshots = {name: t.detach().clone() for name, t in inputs.items()}
     mode = GuardAllocations() if guard_allocations else None
+    stop = _Stop(budget_s)
     out = Outcome()
     t0 = time.perf_counter()
     try:
-        with time_budget(budget_s):
-            if mode is not None:
-                with mode:
-                    out.value = fn(*args, **kwargs)
-            else:
-                out.value = fn(*args, **kwargs)
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-    except CaseTimeout as e:
-        out.error, out.kind = e, "timeout"
-        out.message = (f"stopped after {budget_s:.0f} s: the case ran past its time budget. An endless loop "
-                       "(a loop bound that never ends, a pointer that never advances) is the usual cause.")
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:  # noqa: BLE001 - the learner's code may raise anything; that is a failed case
-        out.error = e
-        out.kind, out.message = classify(e)
+        if mode is not None:
+            with mode:
+                out.value, out.error = _call(fn, args, kwargs, stop)
+        else:
+            out.value, out.error = _call(fn, args, kwargs, stop)
+    except CaseTimeout as e:  # sent to another thread just as fn returned, raised before the stop was disarmed
+        stop.disarm()
+        out.value, out.error = None, e
     out.seconds = time.perf_counter() - t0
+    out.stops = stop.stops
+    out.unguarded = mode.unguarded if mode else 0
+    if isinstance(out.error, KeyboardInterrupt):
+        raise out.error
+    if stop.stops:
+        caught = stop.stops > 1 or not isinstance(out.error, CaseTimeout)
+        out.value, out.kind = None, "timeout"
+        out.message = _timeout_message(budget_s, stop, caught, out.seconds)
+    elif out.error is not None:
+        out.kind, out.message = classify(out.error)
     if out.kind == "cuda_error":
         return out
     all_guards = list(guards) + (mode.guards if mode else [])
