@@ -25,3 +25,51 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return TOLERANCES[dtype]
+
+
+# ------------------------------------------------------------------------------ notebook 09: the backward pass
+#: dtype -> (a, r) for gradients (dq, dk, dv): an element g passes when
+#:
+#:     |g − ref| <= a · rms(ref) + r · |ref|,      rms(ref) = sqrt(mean(ref²)) over the whole gradient tensor.
+#:
+#: Why the rms and not a fixed atol: a gradient element is a sum over a whole sequence (dV_j = Σ_i P_ij dO_i over
+#: N_q queries, dQ_i = scale · Σ_j dS_ij K_j over N_k keys). Each term is rounded once or twice (P and dS are cast
+#: to the input dtype for the tensor-core products) with errors of random sign, so the error of an element grows
+#: like sqrt(N)·u·|term| — and so does the element itself, whose terms have random signs as well. Their ratio does
+#: not depend on N: a fixed atol would be loose at one sequence length and fail correct kernels at another. The r
+#: term covers the heavy tail (elements many times the rms carry proportionally larger errors: the first rows of a
+#: causal matrix, sharp attention). Calibration, max |error| / (a·rms + r·|ref|), as a fraction of the bounds below:
+#: - an fp64 simulation of a correct fp16 kernel (P, dS and the o it is given rounded to fp16), N = 64…1024: flat
+#:   in N (tests/test_backward.py checks that), 0.05–0.15; up to 0.3 for scores of magnitude 20 under causal masking;
+#: - the reference solutions over the grader's cases (2026-12-01): Triton interpreter, 8 seeds, at these bounds:
+#:   fp16 ≤ 0.21 (flash_attention_backward), fp32 ≤ 0.025 (attention_backward; ≤ 0.0003 for the kernels), fp64
+#:   ≤ 0.015; H200, 7 seeds, at the earlier fp16 bound of 1e-2: fp16 ≤ 0.61 (flash_attention_backward; 0.54 through
+#:   autograd), i.e. ≤ 0.31 at 2e-2, bf16 ≤ 0.23, fp32 ≤ 0.0003 (results/h200/backward-2026-12-01/). The H200's
+#:   0.61 is why fp16 is 2e-2, not 1e-2.
+#: fp32 admits TF32 (its input rounding equals fp16's unit roundoff); fp64 inputs still pass sm_scale to Triton as a
+#: float32 scalar, hence ~1e-7 relative errors.
+GRAD_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-5, 1e-5),
+    torch.float32: (1e-2, 1e-2),
+    torch.float16: (2e-2, 2e-2),  # unit roundoff 4.9e-4: ~40 units of the rms
+    torch.bfloat16: (8e-2, 8e-2),  # unit roundoff 3.9e-3: 20 units
+}
+
+#: input dtype -> (atol, rtol) for the log-sum-exp a forward returns (float32, or float64 for float64 inputs). The
+#: scores are exact products of the inputs summed in fp32, so L = m + log ℓ is good to ~1e-6 whatever the input
+#: dtype; the bound leaves room for TF32 scores with fp32 inputs. lse in log2 units is off by 44 %, a missing max by
+#: the max itself: far outside.
+LSE_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-6, 1e-6),
+    torch.float32: (5e-3, 5e-4),
+    torch.float16: (1e-3, 1e-4),
+    torch.bfloat16: (1e-3, 1e-4),
+}
+
+
+def grad_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return GRAD_TOLERANCES[dtype]
+
+
+def lse_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return LSE_TOLERANCES[dtype]

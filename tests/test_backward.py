@@ -1,0 +1,232 @@
+"""Notebook 09 (the backward pass): the gradient oracle, the mutants of the reference solutions (each must fail, and
+the report must name its bug), gradcheck, bad arguments, and the launch configurations.
+
+Mutants are the instructor's own solution with one line changed (test_mutants.mutant), graded on a few cases
+that can show the bug (reach_specs is narrowed for speed: the interpreter runs every case's kernels in NumPy).
+"""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from test_mutants import mutant
+
+import grader
+from grader import oracle
+from grader.device import GPU_SMEM_LIMITS
+from grader.exercises import backward, get
+from grader.notebooks import load_module, solutions_dir
+
+ENV = grader.setup(quiet=True)
+REACH = backward.reach_specs
+FEW = ("one block", "GQA: 6 heads share 2 K/V heads", "large-magnitude scores", "causal GQA as (B, N, H, D) views")
+
+
+@pytest.fixture
+def few_cases(monkeypatch):
+    """Only the cases the mutants need (and no bad-argument cases), to keep the interpreter's time down."""
+    full = backward.reach_specs
+    monkeypatch.setattr(backward, "reach_specs", lambda env: [s for s in full(env) if s[0] in FEW])
+    monkeypatch.setattr(backward, "backward_bad_argument_builders", lambda env: [])
+    monkeypatch.setattr(backward, "bad_argument_builders", lambda env: [])
+
+
+def _module():
+    return load_module(solutions_dir() / "09_backward.ipynb")
+
+
+# ---- the oracle -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_gradient_formula_equals_autograd_on_exact_inputs(causal):
+    g = torch.Generator().manual_seed(0)
+    q, do = (torch.randn(2, 4, 9, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    k, v = (torch.randn(2, 2, 13, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    auto = oracle.attention_grads(q, k, v, do, 0.3, causal)
+    o, lse = oracle.attention(q, k, v, 0.3, causal), oracle.attention_lse(q, k, 0.3, causal)
+    formula = oracle.attention_grads(q, k, v, do, 0.3, causal, o=o, lse=lse)
+    for a, b in zip(auto, formula):
+        assert a.shape == b.shape and (a - b).abs().max() < 1e-12
+    assert torch.allclose(oracle.attention_lse(q, k, 0.3, causal).exp().sum(), torch.exp(torch.logsumexp(
+        oracle._scores64(q, k, 0.3, causal), -1)).sum())
+
+
+def test_the_oracle_uses_the_o_the_learner_was_given():
+    """With an fp16-rounded o the formula differs from autograd exactly by what Δ's rounding changes."""
+    case = backward.backward_case(ENV, torch.Generator().manual_seed(3), "x", what="kernel", H=2, Nq=64, Nk=64, D=32,
+                                  dtype=torch.float16, magnitude=8.0)
+    exact = oracle.attention_grads(case.q, case.k, case.v, case.do, case.scale, False)
+    assert any((a - b).abs().max() > 1e-4 for a, b in zip(case.grads_ref[:2], exact[:2]))
+    dv, dv_exact = case.grads_ref[2], exact[2]  # dV = Pᵀ dO does not involve o (only lse's float32 rounding)
+    assert (dv - dv_exact).abs().max() < 1e-4 * dv_exact.pow(2).mean().sqrt()
+
+
+# ---- mutants: each fails and is named ---------------------------------------------------------------------------
+PYTORCH = [
+    ("    ds = p * (dp - delta)", "    ds = p * dp", "Δ missing"),
+    ("    dq = scale * (ds @ k_)", "    dq = ds @ k_", "dQ/dK without sm_scale"),
+    ("    dk_h = scale * (ds.transpose(-1, -2) @ q_)", "    dk_h = scale * (ds @ q_)", "dS transposed"),
+    ("    dk = dk_h.unflatten(1, (k.shape[1], group)).sum(dim=2)", "    dk = dk_h[:, ::group]",
+     "GQA: dK/dV not summed over the group"),
+    ('        s = s.masked_fill(~keep, float("-inf"))', "        pass", "causal mask missing in the backward"),
+    ("    p = torch.exp(s - lse.to(work)[..., None])",
+     "    p = torch.exp2(s * 1.4426950408889634 - lse.to(work)[..., None])", "lse read as log2 units"),
+    ("    p = torch.exp(s - lse.to(work)[..., None])", "    p = torch.exp(s)", "P not normalised"),
+]
+
+
+@pytest.mark.parametrize("old, new, named", PYTORCH, ids=[m[2] for m in PYTORCH])
+def test_attention_backward_mutants(old, new, named):
+    r = grader.check("attention_backward", mutant("attention_backward", old, new), quiet=True, record=False)
+    assert not r.passed
+    assert f"looks like: {named}" in str(r), str(r)
+
+
+KERNEL = [
+    ("    ds_t = p_t * (dp_t - delta[None, :])", "    ds_t = p_t * dp_t", "Δ missing"),
+    ("    delta = tl.sum(o.to(Delta.dtype.element_ty) * do.to(Delta.dtype.element_ty), axis=1)",
+     "    delta = tl.sum(o.to(Delta.dtype.element_ty) * do.to(Delta.dtype.element_ty), axis=1).to(o.dtype)",
+     "Δ rounded to float16"),
+    ("    dq = dq * sm_scale", "    dq = dq * 1.0", "dQ/dK without sm_scale"),
+    ("    dk = dk * sm_scale", "    dk = dk * sm_scale * sm_scale", "dQ/dK scaled twice"),
+    ("    p = tl.math.exp2(s * qk_scale - lse2[:, None])",
+     "    p = tl.math.exp2(s * qk_scale - tl.max(s * qk_scale, 1)[:, None])",
+     "P recomputed from the block max instead of lse"),
+    ("            keep = keep & (offs_n[None, :] <= offs_m[:, None])", "            keep = keep",
+     "causal mask missing in the backward"),
+    ("            keep_t = keep_t & (offs_m[None, :] >= offs_n[:, None])", "            keep_t = keep_t",
+     "causal mask missing in the backward"),
+    ("    for g in range(GROUP_SIZE):", "    for g in range(1):", "GQA: dK/dV not summed over the group"),
+    ("    dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PRECISION)",
+     "    dk = tl.dot(tl.trans(ds_t).to(q.dtype), q, dk, input_precision=DOT_PRECISION)", "dS transposed"),
+    ("    lse2 = lse * 1.4426950408889634", "    lse2 = lse", "lse read as log2 units"),
+]
+
+
+@pytest.mark.parametrize("old, new, named", KERNEL, ids=[f"{i}: {m[2]}" for i, m in enumerate(KERNEL)])
+def test_flash_attention_backward_mutants(old, new, named, few_cases):
+    r = grader.check("flash_attention_backward", mutant("flash_attention_backward", old, new), quiet=True,
+                     record=False)
+    assert not r.passed
+    assert f"looks like: {named}" in str(r), str(r)
+
+
+FORWARD = [
+    ("    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453", "    lse = m_i + tl.math.log2(l_i)",
+     "looks like: lse in log2 units"),
+    ("    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453", "    lse = tl.math.log2(l_i) * 0.6931471805599453",
+     "looks like: lse without the max"),
+    ("    lse = torch.empty((batch, n_heads, n_q), dtype=lse_dtype, device=q.device)",
+     "    lse = torch.empty((batch, n_heads, n_q), dtype=q.dtype, device=q.device)", "expected float32"),
+]
+
+
+@pytest.mark.parametrize("old, new, named", FORWARD, ids=[m[2] for m in FORWARD])
+def test_flash_attention_forward_mutants(old, new, named, few_cases):
+    r = grader.check("flash_attention_forward", mutant("flash_attention_forward", old, new), quiet=True,
+                     record=False)
+    assert not r.passed
+    assert named in str(r), str(r)
+
+
+AUTOGRAD = [
+    ("    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale)",
+     "    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale).detach()", "o has no grad_fn"),
+    ("causal=ctx.causal, sm_scale=ctx.sm_scale", "causal=False, sm_scale=ctx.sm_scale",
+     "looks like: causal mask missing in the backward"),
+]
+
+
+@pytest.mark.parametrize("old, new, named", AUTOGRAD, ids=[m[2] for m in AUTOGRAD])
+def test_flash_attention_autograd_mutants(old, new, named, few_cases):
+    r = grader.check("flash_attention_autograd", mutant("flash_attention_autograd", old, new), quiet=True,
+                     record=False)
+    assert not r.passed
+    assert named in str(r), str(r)
+
+
+# ---- gradcheck, bad arguments, configurations ---------------------------------------------------------------------
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_reference_passes_gradcheck_in_fp64(causal):
+    if not ENV.interpreter and not _module().FP64_ON_GPU:
+        pytest.skip("float64 kernels run on the interpreter only with this Triton (FP64_ON_GPU)")
+    fn = grader.reference("flash_attention_autograd")
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(1, h, n, 16, generator=g, dtype=torch.float64).to(ENV.device).requires_grad_() for h, n in
+            ((4, 7), (2, 9), (2, 9))]
+    assert torch.autograd.gradcheck(lambda q, k, v: fn(q, k, v, causal=causal, sm_scale=0.3), args, fast_mode=True,
+                                    atol=1e-5, rtol=1e-4)
+
+
+def test_a_backward_that_does_not_validate_fails_the_bad_argument_cases(monkeypatch):
+    monkeypatch.setattr(backward, "reach_specs", lambda env: [s for s in REACH(env) if s[0] == "one block"])
+    ref = grader.reference("flash_attention_backward")
+
+    def lax(q, k, v, o, lse, do, causal=False, sm_scale=None):
+        try:
+            return ref(q, k, v, o, lse, do, causal=causal, sm_scale=sm_scale)
+        except ValueError:
+            return torch.zeros(1), torch.zeros(1), torch.zeros(1)
+    r = grader.check("flash_attention_backward", lax, quiet=True, record=False)
+    bad = [c for c in r.cases if "arguments" in c.tags]
+    assert len(bad) >= 8 and all(c.status == "FAIL" for c in bad)
+    assert all(c.passed for c in r.cases if "arguments" not in c.tags)
+
+
+def test_grading_follows_the_outputs_shapes_and_dtypes(monkeypatch):
+    monkeypatch.setattr(backward, "reach_specs", lambda env: [s for s in REACH(env) if s[0] == "one block"])
+    ref = grader.reference("flash_attention_backward")
+
+    def swapped(*args, **kwargs):
+        dq, dk, dv = ref(*args, **kwargs)
+        return dq.float(), dk, dv
+    text = str(grader.check("flash_attention_backward", swapped, quiet=True, record=False))
+    assert "dq: dtype float32, expected float16" in text
+
+
+@pytest.mark.parametrize("gpu, limit", list(GPU_SMEM_LIMITS.items()))
+def test_every_launch_configuration_fits_the_gpu(gpu, limit, monkeypatch):
+    m = _module()
+    monkeypatch.setattr(m, "_interpreting", lambda: False)
+    # fp16/bf16 everywhere; fp32 up to D = 128 everywhere and D = 256 from 99 KiB on; fp64 (gradcheck) up to 64
+    sizes = {16: (2, 4, 8), 32: (2, 4, 8), 64: (2, 4, 8), 80: (2, 4), 128: (2, 4),
+             256: (2, 4) if limit >= 99 * 1024 else (2,)}
+    for kernel in ("fwd", "dkdv", "dq"):
+        for d in (16, 32, 64, 80, 128, 256):
+            block_d = max(16, 1 << (d - 1).bit_length())
+            for size in sizes[d]:
+                for n in (1, 100, 4096):
+                    bm, bn, warps, stages = m._pick_config(kernel, block_d, size, limit, n, n)
+                    assert m.smem_bytes(kernel, bm, bn, block_d, size, stages) <= limit, (gpu, kernel, d, size, n)
+                    assert bm >= 16 and bn >= 16 and warps in (4, 8)
+
+
+def test_the_cases_cover_what_the_issue_promises():
+    names = [c.name for c in get("flash_attention_backward").make_cases(ENV, torch.Generator().manual_seed(0))]
+    for word in ("ragged", "GQA", "views", "head dim 80", "head dim 256", "causal, Nq > Nk", "causal, Nq < Nk",
+                 "fp32", "sm_scale", "bad arguments"):
+        assert any(word in n for n in names), word
+    hopper = SimpleNamespace(device="cpu", interpreter=False, capability=(9, 0), supports_bf16=True, label="fake")
+    gpu = get("flash_attention_backward").make_cases(hopper, torch.Generator().manual_seed(0))
+    assert any(c.dtype == torch.bfloat16 for c in gpu) and any(c.n_q >= 2048 for c in gpu if c.q is not None)
+
+
+def test_gradient_tolerances_scale_with_the_gradients_rms():
+    """A correct fp16 kernel's error, simulated in fp64, uses a fraction of the bound that does not grow with N."""
+    from grader.tolerances import grad_tolerance
+
+    a, r = grad_tolerance(torch.float16)
+    g = torch.Generator().manual_seed(0)
+    used = []
+    for n in (64, 256, 1024):
+        q, k, v, do = (torch.randn(1, 2, n, 64, generator=g).half().double() for _ in range(4))
+        scale = 1 / math.sqrt(64)
+        o = oracle.attention(q, k, v, scale).half().double()
+        ref = oracle.attention_grads(q, k, v, do, scale, o=o)
+        p = torch.softmax(q @ k.transpose(-1, -2) * scale, -1)
+        ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
+        kernel = (scale * (ds.half().double() @ k), scale * (ds.half().double().transpose(-1, -2) @ q),
+                  p.half().double().transpose(-1, -2) @ do)
+        used.append(max(float(((x - y).abs() / (a * y.pow(2).mean().sqrt() + r * y.abs())).max())
+                        for x, y in zip(kernel, ref)))
+    assert max(used) < 0.5 and max(used) < 3 * min(used), used
