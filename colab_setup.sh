@@ -8,7 +8,8 @@
 #   finds no GPU).
 # - triton: installed only when missing, at the version torch pins for this platform. When an installed pair does
 #   not match, the script prints the pip command that fixes it and changes nothing.
-# - numpy, matplotlib, ipywidgets, tqdm (and setuptools, to install the grader offline): installed when missing.
+# - the rest of the course's dependencies, read from pyproject.toml ([project] dependencies: numpy, matplotlib,
+#   ipywidgets, tqdm), and setuptools, to install the grader offline: installed when missing.
 # - the grader package: installed editable from this checkout, unless `import grader` already finds this checkout.
 # Safe to run twice: a second run installs nothing. Every step prints what it found and what it did.
 #
@@ -47,6 +48,16 @@ elif cmd == "triton-pin":  # "DIST VERSION" when torch pins triton (DIST==VERSIO
         if "triton" in req.name and pins and (req.marker is None or req.marker.evaluate({"extra": ""})):
             print(req.name, pins[0])
             break
+elif cmd == "deps":  # the [project] dependencies of pyproject.toml at args[0] but torch and triton, by name
+    import re
+    text = open(args[0], encoding="utf-8").read()
+    try:
+        import tomllib
+        deps = tomllib.loads(text)["project"]["dependencies"]
+    except ImportError:  # Python 3.10: the one list, read by hand
+        deps = re.findall(r"\"([^\"]+)\"", re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, re.M | re.S).group(1))
+    names = [re.match(r"[A-Za-z0-9._-]+", d).group(0) for d in deps]
+    print(" ".join(n for n in names if n not in ("torch", "triton")))  # each name is also the name of its module
 elif cmd == "grader-root":  # the folder `import grader` would load the course from; exit status 1 when none
     spec = importlib.util.find_spec("grader")
     if spec is None or not spec.origin:
@@ -109,14 +120,16 @@ else
   echo "triton $triton_version: installed, kept as it is${pin_version:+ (the version torch pins)}"
 fi
 
-# The rest of the course's dependencies, and setuptools to install the grader without a network.
-missing="$(ask missing numpy matplotlib ipywidgets tqdm setuptools)"
+# The rest of the course's dependencies (pyproject.toml's list), and setuptools to install the grader offline.
+deps="$(ask deps "$here/pyproject.toml")"
+# shellcheck disable=SC2086  # module names, split on purpose
+missing="$(ask missing $deps setuptools)"
 if [ -n "$missing" ]; then
   echo "missing: $missing, installing"
-  # shellcheck disable=SC2086  # module names, split on purpose
+  # shellcheck disable=SC2086
   pip_install "$missing" $missing
 else
-  echo "numpy, matplotlib, ipywidgets, tqdm: already installed"
+  echo "${deps// /, }: already installed"
 fi
 
 if [ "$(ask grader-root 2>/dev/null || true)" = "$here" ]; then

@@ -3,8 +3,10 @@
 import os
 import tempfile
 
+from grader import config
+
 # Keep test runs from touching the learner's real progress file.
-os.environ.setdefault("FA_COURSE_PROGRESS", os.path.join(tempfile.mkdtemp(prefix="fa-course-"), "progress.json"))
+os.environ.setdefault(config.PROGRESS.name, os.path.join(tempfile.mkdtemp(prefix="fa-course-"), "progress.json"))
 os.environ.setdefault("MPLBACKEND", "Agg")
-os.environ.setdefault("FA_COURSE_BENCH_QUICK", "1")  # notebooks run their benchmarks on two sizes only
-os.environ.setdefault("FA_COURSE_STATIC_VISUALS", "1")  # grader.visuals draws static figures under nbval, not widgets
+os.environ.setdefault(config.BENCH_QUICK.name, "1")  # notebooks run their benchmarks on two sizes only
+os.environ.setdefault(config.STATIC_VISUALS.name, "1")  # grader.visuals draws static figures under nbval, not widgets

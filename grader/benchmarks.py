@@ -1,24 +1,126 @@
-"""grader.benchmark: time a learner's function against the reference solution and PyTorch baselines.
+"""The course's one benchmark core, and grader.benchmark on top of it.
 
-Timings use triton.testing.do_bench (warm-up, CUDA events, median). On the Triton interpreter timings mean
-nothing, so the benchmark says so and skips.
+The core measures attention the same way for grader.benchmark (a learner's function, in a notebook) and for the
+course's suite (`python -m grader.tools.suite`, every kernel against every SDPA backend):
+
+- attention_flops: 4·B·H·Nq·Nk·D (QKᵀ and PV, 2·Nq·Nk·D each per head), halved when causal. Half is the visible
+  fraction of a square causal score matrix for large N (exactly (N + 1) / 2N), the convention of FlashAttention's
+  and Triton's own benchmarks, so TFLOP/s stay comparable with theirs; it does not count masked work that a kernel
+  skips or wastes.
+- time_ms: triton.testing.do_bench's median, after its warm-up (one call first, which compiles, then `warmup` ms of
+  calls); CUDA events, L2 flushed before every timed call.
+- peak_extra_mib: the most CUDA memory one call allocates beyond what was already allocated.
+- the baselines: naive_attention (softmax(QKᵀ)V in PyTorch, N×N scores in fp32), sdpa (the default
+  torch.nn.functional.scaled_dot_product_attention) and sdpa_backend(name) for one of SDPA_BACKENDS (cuDNN,
+  FLASH, EFFICIENT through torch.nn.attention.sdpa_kernel). Each is called as fn(q, k, v, causal, sm_scale=None).
+
+On the Triton interpreter timings mean nothing, so grader.benchmark says so and skips.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from . import environment
+from . import config, environment
 
 Inputs = tuple[tuple, dict]
 
+#: provider name -> torch.nn.attention.SDPBackend member
+SDPA_BACKENDS = {"SDPA cuDNN": "CUDNN_ATTENTION", "SDPA FLASH": "FLASH_ATTENTION",
+                 "SDPA EFFICIENT": "EFFICIENT_ATTENTION"}
 
+
+# ============================================================================================ the core
+def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool) -> float:
+    """FLOPs of one attention forward: 4·B·H·Nq·Nk·D, halved when causal (see the module's docstring)."""
+    return 4.0 * batch * heads * n_q * n_k * d / (2 if causal else 1)
+
+
+def time_ms(fn: Callable[[], Any], *, warmup: int = 25, rep: int = 100) -> float:
+    """Median milliseconds of fn() by triton.testing.do_bench, after `warmup` ms of untimed calls."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def throughput(work: float, ms: float, unit: str = "TFLOP/s") -> float:
+    """work (FLOPs, or bytes for GB/s) done in ms milliseconds, in unit (TFLOP/s or GB/s)."""
+    return work / (ms * 1e-3) / (1e12 if unit == "TFLOP/s" else 1e9)
+
+
+def peak_extra_mib(fn: Callable[[], Any]) -> float:
+    """Peak CUDA memory fn() allocates beyond what was already allocated, in MiB."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak / 2 ** 20
+
+
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    sm_scale: float | None = None) -> torch.Tensor:
+    """softmax(q kᵀ · sm_scale) v in PyTorch with the N×N scores in fp32 (SDPA's top-left causal mask)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    s = (q @ k.transpose(-1, -2)).float() * scale
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1).to(v.dtype) @ v
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+         sm_scale: float | None = None) -> torch.Tensor:
+    """PyTorch's scaled_dot_product_attention, whichever backend it picks; (N, D) inputs and GQA too."""
+    f = torch.nn.functional.scaled_dot_product_attention
+    if q.dim() == 2:
+        return f(q[None, None], k[None, None], v[None, None], scale=sm_scale)[0, 0]
+    if q.shape[1] != k.shape[1]:
+        return f(q, k, v, is_causal=causal, scale=sm_scale, enable_gqa=True)
+    return f(q, k, v, is_causal=causal, scale=sm_scale)
+
+
+def sdpa_backend(backend: str) -> Callable[..., torch.Tensor]:
+    """sdpa restricted to one backend, a member name of torch.nn.attention.SDPBackend (see SDPA_BACKENDS)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    chosen = getattr(SDPBackend, backend)
+
+    def run(q, k, v, causal=False, sm_scale=None):
+        with sdpa_kernel([chosen]):
+            return sdpa(q, k, v, causal, sm_scale)
+    run.__name__ = f"sdpa_{backend.lower()}"
+    return run
+
+
+def sdpa_backward(backend: str | None = None) -> Callable[..., Any]:
+    """SDPA's backward alone (one backend, or SDPA's own choice) as fn(q, k, v, o, lse, do, causal, sm_scale), the
+    signature of notebook 09's flash_attention_backward. Its forward runs once per set of inputs (o and lse are
+    ignored: SDPA keeps its own); each call is one torch.autograd.grad through the kept graph."""
+    forward = sdpa_backend(backend) if backend else sdpa
+    kept: dict = {}
+
+    def run(q, k, v, o, lse, do, causal=False, sm_scale=None):
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape, k.shape, causal, sm_scale)
+        if key not in kept:
+            kept.clear()  # one graph at a time
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            kept[key] = (forward(*leaves, causal, sm_scale), leaves)
+        out, leaves = kept[key]
+        return torch.autograd.grad(out, leaves, do, retain_graph=True)
+    run.__name__ = f"sdpa_backward_{(backend or 'default').lower()}"
+    return run
+
+
+# ============================================================================================ grader.benchmark
 @dataclass(frozen=True)
 class BenchSpec:
     xlabel: str
@@ -30,32 +132,14 @@ class BenchSpec:
     describe: str = ""
 
 
-def _sdpa(q, k, v, causal=False, sm_scale=None):
-    if q.dim() == 2:
-        return torch.nn.functional.scaled_dot_product_attention(q[None, None], k[None, None], v[None, None],
-                                                                scale=sm_scale)[0, 0]
-    if q.shape[1] != k.shape[1]:
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
-                                                                enable_gqa=True)
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
-
-
-def _naive(q, k, v, causal=False, sm_scale=None):
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    s = (q @ k.transpose(-1, -2)).float() * scale
-    if causal:
-        n_q, n_k = s.shape[-2:]
-        keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
-        s = s.masked_fill(~keep, float("-inf"))
-    return (torch.softmax(s, dim=-1).to(v.dtype) @ v)
-
-
 BASELINES: dict[str, Callable[..., Any]] = {
-    "SDPA (PyTorch)": _sdpa,
-    "naive PyTorch": _naive,
+    "SDPA (PyTorch)": sdpa,
+    "naive PyTorch": naive_attention,
     "torch.softmax": lambda x: torch.softmax(x, dim=-1),
     "torch.matmul": lambda a, b: a @ b,
     "torch add": lambda x, y: x + y,
+    "SDPA backward (cuDNN)": sdpa_backward("CUDNN_ATTENTION"),
+    "SDPA backward (FLASH)": sdpa_backward("FLASH_ATTENTION"),
 }
 
 
@@ -74,7 +158,7 @@ def _attn_inputs(B, H, D, style="4d"):
 
 
 def _attn_flops(B, H, D):
-    return lambda n, causal: 4.0 * B * H * n * n * D / (2 if causal else 1)
+    return lambda n, causal: attention_flops(B, H, n, n, D, causal)
 
 
 SPECS: dict[str, BenchSpec] = {
@@ -104,7 +188,21 @@ SPECS: dict[str, BenchSpec] = {
     "flash_attention_fast": BenchSpec("sequence length N", (1024, 2048, 4096, 8192, 16384),
                                       _attn_inputs(4, 32, 128), _attn_flops(4, 32, 128),
                                       baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="B=4, H=32, D=128"),
+    "flash_attention_backward": BenchSpec("sequence length N", (1024, 2048, 4096, 8192),
+                                          lambda n, dt, dev, c: _backward_inputs(4, 32, 128, n, dt, dev, c),
+                                          lambda n, c: 2.5 * attention_flops(4, 32, n, n, 128, c),
+                                          baselines=("SDPA backward (cuDNN)", "SDPA backward (FLASH)"),
+                                          describe="B=4, H=32, D=128, backward only: 2.5× the forward's FLOPs"),
 }
+
+
+def _backward_inputs(B, H, D, n, dtype, device, causal) -> Inputs:
+    """q, k, v, do and the o, lse of notebook 09's reference forward, for fn(q, k, v, o, lse, do, causal=...)."""
+    from .notebooks import reference
+
+    q, k, v, do = (torch.randn(B, H, n, D, dtype=dtype, device=device) for _ in range(4))
+    o, lse = reference("flash_attention_forward")(q, k, v, causal=causal)
+    return (q, k, v, o, lse, do), {"causal": causal}
 
 
 @dataclass
@@ -136,25 +234,12 @@ class BenchmarkResult:
         return self.table()
 
 
-def peak_extra_mib(fn: Callable[[], Any]) -> float:
-    """Peak CUDA memory fn() allocates beyond what was already allocated, in MiB."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    out = fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del out
-    return peak / 2 ** 20
-
-
 def measure(providers: dict[str, Callable], spec: BenchSpec, *, sizes=None, dtype=torch.float16, causal=False,
             progress: bool = True) -> list[dict]:
-    import triton.testing
     from tqdm.auto import tqdm
 
     sizes = tuple(sizes or spec.sizes)
-    if os.environ.get("FA_COURSE_BENCH_QUICK"):  # test runs: the two smallest sizes prove the plumbing
+    if config.BENCH_QUICK.enabled():  # test runs: the two smallest sizes prove the plumbing
         sizes = sizes[:2]
     rows = []
     bar = tqdm(total=len(sizes) * len(providers), disable=not progress, desc="benchmark")
@@ -164,11 +249,10 @@ def measure(providers: dict[str, Callable], spec: BenchSpec, *, sizes=None, dtyp
             try:
                 args, kwargs = spec.make(n, dtype, "cuda", causal)
                 call = lambda: fn(*args, **kwargs)  # noqa: E731
-                ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+                ms = time_ms(call)
                 row.update(ms=ms, mem_mib=peak_extra_mib(call))
                 work = spec.work(n, causal) if spec.work else None
-                scale = 1e12 if spec.unit == "TFLOP/s" else 1e9
-                row["rate"] = work / (ms * 1e-3) / scale if work else float("nan")
+                row["rate"] = throughput(work, ms, spec.unit) if work else float("nan")
             except torch.cuda.OutOfMemoryError:
                 row["error"] = "out of memory"
             except Exception as e:  # noqa: BLE001 - one provider failing must not stop the others

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import platform
-import subprocess
 from dataclasses import dataclass, field
 
 import torch
+
+from .device import driver_version, interpreter_requested, shared_memory_limit, use_interpreter
 
 _ENV: Environment | None = None
 
@@ -66,17 +66,6 @@ class Environment:
         return "\n".join(lines)
 
 
-def _driver_version() -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10,
-        )
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return None
-
-
 def _triton_version() -> str:
     try:
         import triton
@@ -105,7 +94,7 @@ def detect(force_interpreter: bool | None = None) -> Environment:
     if _ENV is not None and force_interpreter is None:
         return _ENV
     notes: list[str] = []
-    wants_interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    wants_interp = interpreter_requested()
     if force_interpreter is not None:
         wants_interp = force_interpreter
     gpu = torch.cuda.is_available()
@@ -116,15 +105,14 @@ def detect(force_interpreter: bool | None = None) -> Environment:
             gpu = False
     if gpu and not wants_interp:
         props = torch.cuda.get_device_properties(0)
-        smem = getattr(props, "shared_memory_per_block_optin", None) or getattr(props, "shared_memory_per_block", None)
         _ENV = Environment(
             device="cuda", interpreter=False, gpu_name=props.name,
             capability=(props.major, props.minor), supports_bf16=torch.cuda.is_bf16_supported(),
-            shared_memory_per_block=smem, driver=_driver_version(), triton_version=_triton_version(),
+            shared_memory_per_block=shared_memory_limit(0), driver=driver_version(), triton_version=_triton_version(),
             notes=tuple(notes),
         )
     else:
-        os.environ["TRITON_INTERPRET"] = "1"
+        use_interpreter()
         if not torch.cuda.is_available():
             notes.append("no CUDA GPU found: Triton kernels run through the interpreter (TRITON_INTERPRET=1)")
         elif wants_interp and force_interpreter is None:

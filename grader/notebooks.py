@@ -11,7 +11,6 @@ import ast
 import hashlib
 import importlib.util
 import json
-import os
 import re
 import symtable
 import sys
@@ -19,6 +18,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+
+from . import config
 
 EXPORT_TAG = "export"
 _CACHE: dict[tuple[str, str], ModuleType] = {}
@@ -30,8 +31,8 @@ def repo_root() -> Path:
 
 
 def solutions_dir() -> Path:
-    custom = os.environ.get("FA_COURSE_SOLUTIONS")
-    return Path(custom) if custom else repo_root() / "solutions"
+    custom = config.SOLUTIONS.path()
+    return custom if custom else repo_root() / "solutions"
 
 
 def _source_lines(cell: dict) -> str:

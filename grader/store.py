@@ -10,19 +10,20 @@ when, where) are read as they stand and rewritten on the next record.
 from __future__ import annotations
 
 import json
-import os
 import time
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from . import config
 
 if TYPE_CHECKING:
     from .results import CheckResult
 
 
 def path() -> Path:
-    custom = os.environ.get("FA_COURSE_PROGRESS")
-    return Path(custom) if custom else Path.home() / ".flash_attention_course" / "progress.json"
+    custom = config.PROGRESS.path()
+    return custom if custom else Path.home() / ".flash_attention_course" / "progress.json"
 
 
 def load() -> dict:

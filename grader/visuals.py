@@ -4,7 +4,7 @@
     visuals.tile_walker()          # the K/V tiles one program visits, in order, with its running m, l and alpha
     visuals.softmax_stepper()      # one row of scores consumed block by block: m, l, partial output, final check
     visuals.sram_explorer()        # shared memory of a tile configuration against the limits of common GPUs
-    visuals.benchmark_explorer()   # saved results of `python -m grader.suite`, as plots
+    visuals.benchmark_explorer()   # saved results of `python -m grader.tools.suite`, as plots
 
 In a notebook whose kernel can talk to widgets (JupyterLab, Notebook 7, VS Code, Colab) each call returns an
 ipywidgets widget: sliders, dropdowns and a play button redraw the picture. Everywhere else each returns a static
@@ -27,14 +27,16 @@ import html
 import io
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-STATIC_ENV = "FA_COURSE_STATIC_VISUALS"
+from . import config
+from .device import GPU_SMEM_LIMITS, attention_smem_bytes
+
+STATIC_ENV = config.STATIC_VISUALS.name
 
 __all__ = [
     "STATIC_ENV", "widgets_available",
@@ -48,7 +50,7 @@ __all__ = [
 # ============================================================================================ front end detection
 def widgets_available() -> bool:
     """True when widgets can render here: ipywidgets importable, running in a Jupyter kernel, not forced static."""
-    if os.environ.get(STATIC_ENV, "").strip().lower() not in ("", "0", "false", "no"):
+    if config.STATIC_VISUALS.enabled():
         return False
     try:
         import ipywidgets  # noqa: F401
@@ -619,27 +621,7 @@ def softmax_stepper(row=None, block: int = 8, step: int | None = None, seed: int
 
 # ============================================================================================ shared memory
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
-
-#: The most shared memory one thread block (one Triton program) may use, in bytes: CUDA's opt-in maximum per block
-#: (`cudaDevAttrMaxSharedMemoryPerBlockOptin`, torch's `shared_memory_per_block_optin`), 1 KiB below the SM's total.
-GPU_SMEM_LIMITS = {
-    "T4 (sm_75)": 64 * 1024,
-    "A10 / L4 (sm_86/89)": 99 * 1024,
-    "A100 (sm_80)": 163 * 1024,
-    "H100 / H200 (sm_90)": 227 * 1024,
-}
-
-
-def attention_smem_bytes(block_m: int, block_n: int, d: int, dtype_bytes: int, num_stages: int) -> int:
-    """Shared memory the attention kernel's tiles need, in bytes (the course's model).
-
-        bytes = dtype_bytes · D · (BLOCK_M + num_stages · 2 · BLOCK_N)
-
-    that is one Q tile (BLOCK_M × D) plus, for each of the num_stages pipeline buffers, one K tile and one V tile
-    (BLOCK_N × D each). D is the padded head dimension BLOCK_D. Triton's real allocation can differ by a buffer or
-    a layout-conversion scratch area; its "out of resource: shared memory, Required: …" message has the truth.
-    """
-    return int(dtype_bytes) * int(d) * (int(block_m) + int(num_stages) * 2 * int(block_n))
+# GPU_SMEM_LIMITS and attention_smem_bytes live in grader.device (imported at the top), the one copy of both.
 
 
 def smem_limits(env=None) -> dict[str, int]:
@@ -778,7 +760,7 @@ def _find_results(path) -> Path | None:
 
 
 def load_benchmark_results(path=None) -> dict:
-    """Read a results.json written by `python -m grader.suite`; tolerant of older or hand-written files.
+    """Read a results.json written by `python -m grader.tools.suite`; tolerant of older or hand-written files.
 
     Accepted: {"environment": {...}, "plan": {...}, "rows": [row, ...]} (what the suite writes) or a bare list of
     rows. A row has provider, N, D, causal, dtype and, when measured, tflops and mem_mib (MiB); the suite also
@@ -824,7 +806,7 @@ def _bench_figure(res: dict, dtype, d, causal, metric: str):
             and (metric == "tflops" or r["mem_mib"] is not None)]
     if not res["rows"]:
         ax.text(0.5, 0.5, (res.get("error") or "no measured rows") +
-                "\n\nrun `python -m grader.suite` on a GPU to make some", ha="center", va="center", fontsize=10,
+                "\n\nrun `python -m grader.tools.suite` on a GPU to make some", ha="center", va="center", fontsize=10,
                 transform=ax.transAxes, wrap=True)
         ax.axis("off")
         return fig
@@ -853,7 +835,7 @@ def _bench_figure(res: dict, dtype, d, causal, metric: str):
 
 def benchmark_explorer(path=None, dtype: str | None = None, d: int | None = None, causal: bool = False,
                        metric: str = "tflops", interactive: bool | None = None):
-    """Saved results of the course's benchmark suite (`python -m grader.suite`), one plot per choice.
+    """Saved results of the course's benchmark suite (`python -m grader.tools.suite`), one plot per choice.
 
     `path`: a results.json (default: the first of BENCHMARK_PATHS that exists). Pick dtype, head dim D, causal and
     the metric (TFLOP/s or peak extra memory). Returns an ipywidgets widget, or a matplotlib Figure.

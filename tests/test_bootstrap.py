@@ -3,6 +3,7 @@
 The end-to-end tests start from an empty directory with a Python that cannot import grader (run with -S, so the
 editable install's path hook is not loaded, and the venv's site-packages appended by hand). FA_COURSE_REPO points
 at a git repository made from this working tree, and `python -m pip` is a fake that records instead of installing.
+Without FA_COURSE_REPO, a cell rendered from the placeholder address stops with one sentence instead of cloning.
 """
 
 import json
@@ -17,8 +18,9 @@ from pathlib import Path
 import pytest
 from test_colab_setup import assert_pip_is_fake, make_fake_pip
 
-from grader import build
+from grader import config
 from grader.notebooks import repo_root
+from grader.tools import build
 
 ROOT = repo_root()
 URL = build.repository_url(ROOT)
@@ -56,11 +58,11 @@ def _first_code(path: Path) -> str:
 def test_the_url_is_named_once_in_pyproject():
     assert URL and URL.startswith("https://github.com/")
     cell = build.setup_cell(URL)
-    assert f'os.environ.get("FA_COURSE_REPO", "{URL}")' in cell
-    assert cell.startswith("# ") and cell.rstrip().endswith("env = grader.setup()")
-    assert len(cell.splitlines()) <= 25 and max(map(len, cell.splitlines())) <= 120
+    assert f'os.environ.get("{config.REPO.name}", "{URL}")' in cell
+    assert cell.startswith("# ") and cell.rstrip().endswith("env = grader.bootstrap.start()")
+    assert len(cell.splitlines()) <= 13 and max(map(len, cell.splitlines())) <= 120
     compile(cell, "setup cell", "exec")
-    for path in [ROOT / "colab_setup.sh", *(ROOT / "grader").glob("*.py")]:  # rendered and checked elsewhere
+    for path in [ROOT / "colab_setup.sh", *(ROOT / "grader").rglob("*.py")]:  # rendered and checked elsewhere
         assert URL not in path.read_text(encoding="utf-8"), f"{path.name} names the repository URL"
 
 
@@ -97,7 +99,7 @@ def test_stale_setup_cells_are_named_with_the_fix(tmp_path, capsys):
     assert build.main(["--root", str(tmp_path), "--check"]) == 2
     err = capsys.readouterr().err
     assert "solutions/03_z.ipynb: the first code cell is not the course's setup cell" in err
-    assert "python -m grader.build --sync-setup-cells 03" in err
+    assert "python -m grader.tools.build --sync-setup-cells 03" in err
 
 
 def test_pyproject_without_the_url_is_an_error(tmp_path):
@@ -138,7 +140,7 @@ def course(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLAB_", "MODELSCOPE_", "PYTHON"))}
     # the fake pip, then the package folders that only PYTHONPATH made visible (the subprocesses run without -S)
     path = os.pathsep.join([str(fake_pip), *SITE[1:]])
-    env.update(FA_COURSE_REPO=f"file://{src}", PYTHONPATH=path, FAKE_LOG=str(base / "pip.jsonl"),
+    env.update({config.REPO.name: f"file://{src}"}, PYTHONPATH=path, FAKE_LOG=str(base / "pip.jsonl"),
                PYTHONNOUSERSITE="1")
     assert_pip_is_fake(env)
     return {"src": src, "empty": empty, "env": env, "log": base / "pip.jsonl", "clone": empty / src.name}
@@ -191,6 +193,54 @@ def test_in_a_checkout_that_is_not_installed_the_cell_sets_up_that_checkout(cour
     assert "Cloning" not in r.stdout and not (course["src"] / "notebooks" / course["src"].name).exists()
     assert f"grader: installing it from {course['src']}" in r.stdout
     assert f"GRADER FROM {course['src'] / 'grader' / '__init__.py'}" in r.stdout
+
+
+def _run_cell(cell, cwd, env):
+    code = PRELUDE + cell + "\nprint('GRADER FROM', grader.__file__)\n"
+    return subprocess.run([sys.executable, "-S", "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@needs_git
+def test_the_placeholder_address_stops_with_one_sentence(course, tmp_path):
+    """No FA_COURSE_REPO and the address still https://github.com/OWNER/...: say so instead of a git traceback."""
+    cell = build.setup_cell("https://github.com/OWNER/flash-attention-course")
+    env = {k: v for k, v in course["env"].items() if k != config.REPO.name}
+    fake_git = tmp_path / "bin"
+    fake_git.mkdir()
+    (fake_git / "git").write_text(f"#!/bin/sh\ntouch {tmp_path / 'git-called'}\nexit 1\n")
+    (fake_git / "git").chmod(0o755)
+    env["PATH"] = f"{fake_git}{os.pathsep}{env.get('PATH', '')}"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = _run_cell(cell, empty, env)
+    assert r.returncode == 1 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr == ("https://github.com/OWNER/flash-attention-course is a placeholder, not the course's address: "
+                        "set FA_COURSE_REPO to the course's git URL or install the course (pip install -e . in a "
+                        "checkout), then run this cell again.\n")
+    assert not (tmp_path / "git-called").exists() and not list(empty.iterdir())
+
+    # ... while FA_COURSE_REPO, a course already fetched, or an installed grader each make the address irrelevant
+    r = _run_cell(cell, empty, {**env, config.REPO.name: course["env"][config.REPO.name], "PATH": os.environ["PATH"]})
+    assert r.returncode == 0 and f"GRADER FROM {empty / 'flash-attention-course'}" in r.stdout, r.stdout + r.stderr
+    r = _run_cell(cell, empty, env)
+    assert r.returncode == 0 and "Cloning" not in r.stdout, r.stdout + r.stderr
+    installed = cell.replace("env = grader.bootstrap.start()", "print(grader.bootstrap.ROOT)")
+    r = subprocess.run([sys.executable, "-c", installed], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in os.environ.items() if k != config.REPO.name})
+    assert r.returncode == 0 and r.stdout.strip() == str(ROOT), r.stdout + r.stderr
+
+
+@needs_git
+def test_a_real_address_is_cloned_without_fa_course_repo(course, tmp_path):
+    """The address the build rendered is the default: FA_COURSE_REPO only overrides it."""
+    cell = build.setup_cell(course["env"][config.REPO.name])
+    env = {k: v for k, v in course["env"].items() if k != config.REPO.name}
+    env["FAKE_LOG"] = str(tmp_path / "pip.jsonl")
+    r = _run_cell(cell, tmp_path, env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Cloning into '{tmp_path / course['src'].name}'" in r.stdout
+    assert f"GRADER FROM {tmp_path / course['src'].name / 'grader' / '__init__.py'}" in r.stdout
 
 
 @needs_git

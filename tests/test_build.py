@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import build
 from grader.notebooks import repo_root
+from grader.tools import build
 
 ROOT = repo_root()
 
@@ -22,7 +22,8 @@ def _code(src, tags=()):
 
 def test_notebooks_match_solutions():
     """The drift check the instructors run: notebooks/ is exactly what solutions/ generates."""
-    r = subprocess.run([sys.executable, "-m", "grader.build", "--check"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "grader.tools.build", "--check"], cwd=ROOT, capture_output=True,
+                       text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -103,3 +104,31 @@ def test_check_reports_drift(tmp_path):
     p = Path(tmp_path / "notebooks" / "01_x.ipynb")
     p.write_text(p.read_text().replace("a = 1", "a = 2"))
     assert build.main(["--root", str(tmp_path), "--check"]) == 1
+
+
+def test_instructor_tools_live_in_grader_tools_only():
+    """The learner's namespace holds no course tooling: no grader.build or grader.suite, not even as shims."""
+    assert not (ROOT / "grader" / "build.py").exists() and not (ROOT / "grader" / "suite.py").exists()
+    for old in ("grader.build", "grader.suite"):
+        r = subprocess.run([sys.executable, "-c", f"import {old}"], cwd=ROOT, capture_output=True, text=True)
+        assert "ModuleNotFoundError" in r.stderr, (old, r.stderr)
+    # everything `import grader` offers, loaded: still no tooling module
+    probe = ("import sys, grader; [getattr(grader, n) for n in grader.__all__]; "
+             "print(sorted(m for m in sys.modules if m.startswith('grader.tools')))")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "grader.tools.build", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and "python -m grader.tools.build" in r.stdout, r.stdout + r.stderr
+
+
+def test_no_reference_to_the_old_module_paths():
+    """Docs, scripts, tests and notebooks name the tools by their new paths."""
+    import re
+
+    files = [ROOT / "README.md", ROOT / "colab_setup.sh", ROOT / "pyproject.toml", *(ROOT / ".ci").iterdir(),
+             *(ROOT / "grader").rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "solutions").glob("*.ipynb"),
+             *(ROOT / "notebooks").glob("*.ipynb")]
+    old = re.compile(r"grader[./](build|suite)\b")
+    stale = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files if p.is_file()
+             for m in old.finditer(p.read_text(encoding="utf-8")) if p.name != "test_build.py"]
+    assert not stale, stale

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from grader import config
 from grader.notebooks import repo_root
 
 ROOT = repo_root()
@@ -49,6 +50,8 @@ FAKE_PYTHON = textwrap.dedent("""\
         elif cmd == "triton-pin":
             if "torch" in state["modules"] and state.get("pin"):
                 print("triton", state["pin"])
+        elif cmd == "deps":  # pyproject.toml's list, as the real probe reads it (test_probes_on_the_real_interpreter)
+            print(" ".join(state.get("deps", ["numpy", "matplotlib", "ipywidgets", "tqdm"])))
         elif cmd == "grader-root":
             if not state.get("grader_root"):
                 sys.exit(1)
@@ -136,7 +139,7 @@ class Machine:
         state.setdefault("torch_wheel", {"version": "2.13.0+cpu", "pin": None})
         self.state.write_text(json.dumps(state))
         keep = {k: v for k, v in os.environ.items()
-                if not k.startswith(("COLAB_", "MODELSCOPE_", "PYTHON", "FA_COURSE_REPO"))}
+                if not k.startswith(("COLAB_", "MODELSCOPE_", "PYTHON", config.REPO.name))}
         self.env = {**keep, **env_vars, "PATH": f"{self.bin}:/usr/bin:/bin",
                     "FAKE_LOG": str(self.log), "FAKE_STATE": str(self.state)}
 
@@ -302,3 +305,32 @@ def test_probes_on_the_real_interpreter(tmp_path):
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     installed_here = Path(__import__("grader").__file__).resolve().parent.parent == ROOT
     assert calls == ([] if installed_here else [["install", "-q", *GRADER_INSTALL]]), r.stdout
+
+
+def _probe_code() -> str:
+    text = SCRIPT.read_text(encoding="utf-8")
+    return text.split("\nprobe='", 1)[1].split("\n'\n", 1)[0]
+
+
+@pytest.mark.parametrize("tomllib", [True, False], ids=["tomllib", "python-3.10"])
+def test_the_dependencies_come_from_pyproject(tomllib, tmp_path):
+    """colab_setup.sh has no package list of its own: it installs pyproject.toml's, less torch and triton (which it
+    treats apart), by names that are also the modules' names. Without tomllib (Python 3.10) it reads the same."""
+    import re
+
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, re.M | re.S).group(1)
+    wanted = [re.match(r"[A-Za-z0-9._-]+", d).group(0) for d in re.findall(r'"([^"]+)"', block)]
+    assert wanted[:2] == ["torch", "triton"] and ALL_DEPS[:-1] == wanted  # the fake's scenarios use the same
+    probe = _probe_code() if tomllib else "import sys; sys.modules['tomllib'] = None\n" + _probe_code()
+    r = subprocess.run([sys.executable, "-c", probe, "deps", str(ROOT / "pyproject.toml")], capture_output=True,
+                       text=True, cwd="/")
+    assert r.returncode == 0 and r.stdout.split() == wanted[2:], r.stdout + r.stderr
+    import importlib.util
+
+    assert all(importlib.util.find_spec(m) for m in wanted), "a dependency whose module has another name"
+    # a new dependency reaches the script without editing it
+    (tmp_path / "pyproject.toml").write_text(text.replace('"tqdm",', '"tqdm",\n    "einops>=0.7",'))
+    r = subprocess.run([sys.executable, "-c", probe, "deps", str(tmp_path / "pyproject.toml")], capture_output=True,
+                       text=True, cwd="/")
+    assert r.stdout.split() == [*wanted[2:], "einops"], r.stdout + r.stderr

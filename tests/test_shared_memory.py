@@ -1,15 +1,21 @@
 """Every launch configuration the course ships fits the shared memory of every GPU generation it targets.
 
-The limits and the attention formula are grader.visuals' (the numbers the SRAM explorer shows); each kernel's own
-choice function is asked what it would launch on each GPU, and the answer must fit there.
+The limits and the attention formula are grader.device's, the one copy of both (the SRAM explorer shows the same
+numbers); each kernel's own choice function is asked what it would launch on each GPU, and the answer must fit
+there. The notebooks ask Triton's driver for the limit of the GPU they run on, as Triton's compiler does.
 """
+
+import json
+import re
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from grader import device
+from grader.device import GPU_SMEM_LIMITS, attention_smem_bytes
 from grader.exercises import get
-from grader.notebooks import load_module, solutions_dir
-from grader.visuals import GPU_SMEM_LIMITS, attention_smem_bytes
+from grader.notebooks import load_module, repo_root, solutions_dir
 
 GPUS = list(GPU_SMEM_LIMITS.items())
 DTYPE_BYTES = (2, 4)  # fp16/bf16, fp32
@@ -82,3 +88,70 @@ def test_the_h200_keeps_the_tuned_tiles():
     """The budget only ever lowers the choice: on an H200 notebook 06 still launches 64×64 tiles at D = 128."""
     m = _module("flash_attention")
     assert m._pick_blocks(128, 2, GPU_SMEM_LIMITS["H100 / H200 (sm_90)"])[:3] == (64, 64, 2)
+
+
+# ---- one copy of each fact ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fact", [
+    r"GPU_SMEM_LIMITS\s*=", r"def attention_smem_bytes", r"227 \* 1024", r"nvidia-smi", r"[\"']TRITON_INTERPRET[\"']",
+    r"shared_memory_per_block_optin", r"max_shared_mem",
+])
+def test_each_device_fact_is_stated_once_in_the_grader(fact):
+    where = [str(p.relative_to(repo_root())) for p in sorted((repo_root() / "grader").rglob("*.py"))
+             if re.search(fact, p.read_text(encoding="utf-8"))]
+    assert where == ["grader/device.py"], (fact, where)
+
+
+def test_visuals_and_tests_use_the_device_facts():
+    from grader import visuals
+
+    assert visuals.GPU_SMEM_LIMITS is device.GPU_SMEM_LIMITS
+    assert visuals.attention_smem_bytes is device.attention_smem_bytes
+
+
+# ---- the notebooks' shared-memory query ---------------------------------------------------------------------
+QUERY = 'triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]'
+NOTEBOOK_QUERIES = {"tiled_matmul": "_smem_limit", "flash_attention_2d": "_smem_limit",
+                    "flash_attention": "_smem_limit", "flash_attention_fast": "smem_limit"}
+
+
+@pytest.mark.parametrize("exercise_id, name", NOTEBOOK_QUERIES.items())
+def test_notebooks_ask_tritons_driver_for_the_limit(exercise_id, name, monkeypatch):
+    import triton
+
+    nb = json.loads((solutions_dir() / f"{get(exercise_id).notebook}.ipynb").read_text(encoding="utf-8"))
+    cells = ["".join(c["source"]) for c in nb["cells"] if f"def {name}(device" in "".join(c["source"])]
+    assert len(cells) == 1 and QUERY in cells[0] and "get_device_properties(device" not in cells[0]
+    module = _module(exercise_id)
+    fn = getattr(module, name)
+    if name == "smem_limit":  # notebook 08 asks whether it runs on the interpreter, the others the tensor's device
+        monkeypatch.setattr(module, "_interpreting", lambda: True)
+        assert fn() == 1 << 30
+        monkeypatch.setattr(module, "_interpreting", lambda: False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    else:
+        assert fn(torch.device("cpu")) == 1 << 30  # the interpreter (CPU tensors) has no limit, as before
+    # a GPU whose driver reports 99 KiB
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    asked = []
+    props = lambda index: asked.append(index) or {"max_shared_mem": 99 * 1024}  # noqa: E731
+    monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(
+        utils=SimpleNamespace(get_device_properties=props))))
+    assert fn(torch.device("cuda", 0)) == 99 * 1024 and fn(torch.device("cuda")) == 99 * 1024
+    assert asked == [0, 1]  # the tensor's device, else the current one
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("exercise_id, name", NOTEBOOK_QUERIES.items())
+def test_notebooks_and_grader_report_the_same_limit_on_this_gpu(exercise_id, name, env):
+    if env.interpreter:
+        pytest.skip("grading on the interpreter")
+    assert getattr(_module(exercise_id), name)(torch.device("cuda", 0)) == device.shared_memory_limit(0)
+    props = torch.cuda.get_device_properties(0)
+    assert device.shared_memory_limit(0) == props.shared_memory_per_block_optin == env.shared_memory_per_block
+
+
+def test_notebook_code_states_the_same_formula():
+    """Where a notebook computes the tiles' shared memory inline (teaching code), it is the course's formula."""
+    m = _module("flash_attention_fast")
+    for bm, bn, d, elt, stages in [(64, 64, 64, 2, 3), (128, 64, 128, 2, 2), (16, 16, 16, 4, 1)]:
+        assert m.smem_bytes(bm, bn, d, elt, stages) == attention_smem_bytes(bm, bn, d, elt, stages)

@@ -1,4 +1,8 @@
-"""The benchmark suite runs (it is not a timed test): validation on the CPU, a tiny sweep where there is a GPU."""
+"""The benchmark suite runs (it is not a timed test): validation on the CPU, a tiny sweep where there is a GPU.
+
+The suite and grader.benchmark measure through one core, grader.benchmarks: the same FLOP count, timer, memory
+probe and baselines.
+"""
 
 import subprocess
 import sys
@@ -7,13 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from grader import benchmarks
 from grader.notebooks import repo_root
+from grader.tools import suite
 
 ROOT = repo_root()
 
 
 def _suite(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "grader.suite", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "grader.tools.suite", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -38,3 +44,56 @@ def test_quick_sweep_on_a_gpu(tmp_path):
     r = _suite("--quick", "--out", str(tmp_path), "--rep", "20")
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "results.json").exists()
+
+
+def test_suite_and_grader_benchmark_share_one_core():
+    core = benchmarks
+    assert suite.core is core
+    providers = {p.name: p for p in suite.torch_providers()}
+    assert providers[suite.NAIVE].fn is core.naive_attention is core.BASELINES["naive PyTorch"]
+    assert core.BASELINES["SDPA (PyTorch)"] is core.sdpa
+    assert set(core.SDPA_BACKENDS) <= set(providers)
+    for name, backend in core.SDPA_BACKENDS.items():  # made by the core's sdpa_backend, one per backend
+        assert providers[name].fn.__module__ == "grader.benchmarks"
+        assert providers[name].fn.__name__ == f"sdpa_{backend.lower()}"
+    # nothing of its own: no second FLOP formula, timer, naive attention or SDPA call in the suite's source
+    source = Path(suite.__file__).read_text(encoding="utf-8")
+    for own in ("do_bench(", "def _naive", "def flops", "scaled_dot_product_attention(", "max_memory_allocated",
+                "nvidia-smi"):
+        assert own not in source, f"grader/tools/suite.py has its own {own}"
+
+
+def test_one_flop_convention():
+    """4·B·H·Nq·Nk·D, halved when causal: the suite's report, its rows and grader.benchmark count the same."""
+    f = benchmarks.attention_flops
+    assert f(4, 32, 4096, 4096, 128, False) == 4.0 * 4 * 32 * 4096 * 4096 * 128
+    assert f(4, 32, 4096, 4096, 128, True) == f(4, 32, 4096, 4096, 128, False) / 2
+    assert f(1, 1, 100, 300, 64, False) == 4.0 * 100 * 300 * 64
+    spec = benchmarks.SPECS["flash_attention"]
+    for causal in (False, True):
+        assert spec.work(1024, causal) == f(4, 16, 1024, 1024, 64, causal)
+    assert benchmarks.throughput(2e12, 1000.0) == 2.0 and benchmarks.throughput(3e9, 1000.0, "GB/s") == 3.0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_core_baselines_agree_with_the_oracle(causal):
+    from grader import oracle
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 40, 16) for _ in range(3))
+    ref = oracle.attention(q, k, v, causal=causal).float()
+    for fn in (benchmarks.naive_attention, benchmarks.sdpa):
+        assert torch.allclose(fn(q, k, v, causal), ref, atol=1e-5), fn.__name__
+    q2 = torch.randn(40, 16)  # one head, (N, D), with an explicit scale
+    out = benchmarks.sdpa(q2, k[0, 0], v[0, 0], sm_scale=0.5)
+    assert torch.allclose(out, benchmarks.naive_attention(q2, k[0, 0], v[0, 0], sm_scale=0.5), atol=1e-5)
+
+
+def test_timing_is_do_bench_median_after_warm_up(monkeypatch):
+    import triton.testing
+
+    calls = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: calls.append(kw) or 1.5)
+    assert benchmarks.time_ms(lambda: None) == 1.5
+    assert benchmarks.time_ms(lambda: None, warmup=5, rep=20) == 1.5
+    assert calls == [dict(warmup=25, rep=100, return_mode="median"), dict(warmup=5, rep=20, return_mode="median")]

@@ -5,14 +5,14 @@ The mutant tests (test_mutants.py) show the other side: classic bugs land far ou
 """
 
 import json
-import os
 
 import pytest
 
 import grader
+from grader import config
 from grader.exercises import EXERCISES
 
-SEEDS = int(os.environ.get("FA_COURSE_CALIBRATION_SEEDS", "2"))
+SEEDS = config.CALIBRATION_SEEDS.integer(2)
 MARGIN = 0.5  # a correct implementation must use at most half of the allowed error
 FLOAT_EXERCISES = [e for e in EXERCISES if e not in ("causal_mask", "kv_block_split")]
 
@@ -35,8 +35,8 @@ def test_reference_stays_well_inside_the_tolerance(ex_id):
             if c.ratio is not None:
                 worst[c.dtype] = max(worst.get(c.dtype, 0.0), c.ratio)
     print(ex_id, {k: round(v, 3) for k, v in worst.items()})
-    if os.environ.get("FA_COURSE_CALIBRATION_OUT"):  # the calibration record for the tolerance table
-        with open(os.environ["FA_COURSE_CALIBRATION_OUT"], "a") as f:
+    if config.CALIBRATION_OUT.path():  # the calibration record for the tolerance table
+        with open(config.CALIBRATION_OUT.path(), "a") as f:
             f.write(json.dumps({"exercise": ex_id, "seeds": SEEDS, "env": grader.setup(quiet=True).label,
                                 "worst_fraction_of_tolerance": worst}) + "\n")
     for dtype, ratio in worst.items():

@@ -147,7 +147,10 @@ def test_smem_formula(bm, bn, d, nbytes, stages, expected):
 
 
 def test_smem_limits_table_and_this_gpu():
+    from grader import device
+
     limits = visuals.GPU_SMEM_LIMITS
+    assert limits is device.GPU_SMEM_LIMITS and visuals.attention_smem_bytes is device.attention_smem_bytes
     assert limits["T4 (sm_75)"] == 65536 and limits["H100 / H200 (sm_90)"] == 232448
     assert list(limits.values()) == sorted(limits.values())
     gpu = SimpleNamespace(interpreter=False, shared_memory_per_block=232448, gpu_name="NVIDIA H200")
@@ -158,7 +161,7 @@ def test_smem_limits_table_and_this_gpu():
 
 # ------------------------------------------------------------------------------------------- benchmark results
 def suite_results(tmp_path):
-    """A results.json in the format grader.suite writes."""
+    """A results.json in the format grader.tools.suite writes."""
     rows = []
     for p in ("course: flash_attention (06)", "SDPA FLASH"):
         for n in (512, 1024, 2048):

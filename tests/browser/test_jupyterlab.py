@@ -6,8 +6,9 @@ the solution, NOT ATTEMPTED in the learner's), that the visualisers render as li
 and redraw when the tile walker's step slider is dragged, and that no cell failed except the learner stubs'
 NotImplementedError. Screenshots go to $FA_COURSE_SCREENSHOTS or tests/browser/screenshots/.
 
-Needs a Chromium executable (Debian's /usr/bin/chromium, or $FA_COURSE_CHROMIUM) and the `playwright` package;
-`.ci/browser-setup.sh` installs both, never Playwright's own browser download. Without them the tests skip.
+Needs the `playwright` package (the course's dev extra, which requirements.txt installs) and a Chromium: the first
+of $FA_COURSE_CHROMIUM, Debian's /usr/bin/chromium (`apt install chromium`), a chromium on PATH, and Playwright's
+own download (`python -m playwright install chromium`). Without them the tests skip and say which is missing.
 JupyterLab serves a temporary copy of the two notebooks, with temporary Jupyter config, data, runtime, settings and
 workspace folders, so nothing in the repository or in ~/.jupyter is touched.
 """
@@ -26,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from grader import config
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,12 +38,31 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 RUN_TIMEOUT_S = 150  # all cells of one notebook, interpreter on 2 cores included
 
 
+def _playwright_chromium() -> str | None:
+    """Where `python -m playwright install chromium` puts its browser (None when playwright cannot say)."""
+    try:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as p:
+            return p.chromium.executable_path
+    except Exception:  # noqa: BLE001 - no driver, no browser: the caller skips
+        return None
+
+
+def _system_chromium() -> list[str | None]:
+    return [config.CHROMIUM.value(), "/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")]
+
+
 def _chromium() -> str | None:
-    for c in (os.environ.get("FA_COURSE_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-              shutil.which("chromium-browser")):
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+    """The first of $FA_COURSE_CHROMIUM, the system's Chromium and Playwright's download that is an executable."""
+    def usable(c):
+        return bool(c) and os.path.isfile(c) and os.access(c, os.X_OK)
+
+    for c in _system_chromium():
+        if usable(c):
             return c
-    return None
+    c = _playwright_chromium()  # starts Playwright's driver: only asked when there is no system Chromium
+    return c if usable(c) else None
 
 
 def _free_port() -> int:
@@ -51,12 +73,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def chromium():
-    if os.environ.get("FA_COURSE_SKIP_BROWSER", "") not in ("", "0"):
-        pytest.skip("FA_COURSE_SKIP_BROWSER is set")
+    if config.SKIP_BROWSER.enabled():
+        pytest.skip(f"{config.SKIP_BROWSER.name} is set")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        pytest.skip("the playwright package is not installed (bash .ci/browser-setup.sh)")
+        pytest.skip("the playwright package is not installed (pip install -r requirements.txt installs it)")
     try:
         import ipywidgets  # noqa: F401
         import jupyterlab  # noqa: F401
@@ -64,13 +86,14 @@ def chromium():
         pytest.skip("jupyterlab or ipywidgets is not installed")
     path = _chromium()
     if path is None:
-        pytest.skip("no Chromium executable (apt-get install chromium, or set FA_COURSE_CHROMIUM)")
+        pytest.skip(f"no Chromium executable: `apt install chromium` (Debian), `python -m playwright install "
+                    f"chromium`, or set {config.CHROMIUM.name}")
     return path
 
 
 @pytest.fixture(scope="module")
 def screenshots():
-    folder = Path(os.environ.get("FA_COURSE_SCREENSHOTS") or Path(__file__).parent / "screenshots")
+    folder = config.SCREENSHOTS.path() or Path(__file__).parent / "screenshots"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -88,11 +111,11 @@ def lab(chromium, tmp_path_factory):
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
                                                                            "checkForUpdates": False}))
     env = dict(os.environ)
-    for var in ("FA_COURSE_STATIC_VISUALS", "MPLBACKEND"):  # the learner's setup: live widgets, inline plots
+    for var in (config.STATIC_VISUALS.name, "MPLBACKEND"):  # the learner's setup: live widgets, inline plots
         env.pop(var, None)
     env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"),
                JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), IPYTHONDIR=str(tmp / "ipython"),
-               FA_COURSE_PROGRESS=str(tmp / "progress.json"))
+               **{config.PROGRESS.name: str(tmp / "progress.json")})
     port = _free_port()
     log = open(tmp / "lab.log", "w")
     proc = subprocess.Popen(

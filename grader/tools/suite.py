@@ -1,17 +1,18 @@
 """The course's benchmark suite: every attention kernel the course builds against PyTorch, on one GPU.
 
-    python -m grader.suite --out results/h200             # full sweep (about 5 minutes on an H200)
-    python -m grader.suite --out /tmp/r --quick           # a tiny sweep: N 512 and 1024, D 64, fp16
-    python -m grader.suite --out /tmp/r --sizes 1024,4096 --dims 128 --dtypes bf16
-    python -m grader.suite --check-only                   # no GPU needed: validate the plan and every provider
+    python -m grader.tools.suite --out results/h200             # full sweep (about 5 minutes on an H200)
+    python -m grader.tools.suite --out /tmp/r --quick           # a tiny sweep: N 512 and 1024, D 64, fp16
+    python -m grader.tools.suite --out /tmp/r --sizes 1024,4096 --dims 128 --dtypes bf16
+    python -m grader.tools.suite --check-only                   # no GPU needed: validate the plan and every provider
 
 Providers: the course's kernels (flash_attention_2d looped over heads, flash_attention, flash_attention_fast,
 each loaded from its solution notebook; a missing one is reported as 'unavailable'), naive PyTorch
 (softmax(QKᵀ)V, skipped where its N×N scores would not fit) and every backend of
 torch.nn.functional.scaled_dot_product_attention the machine has (cuDNN, FLASH, EFFICIENT; one that raises is
-skipped). Each configuration is timed with triton.testing.do_bench (median), reported in TFLOP/s
-(4·B·H·N²·D, halved when causal) with the peak extra memory of one call, and checked against SDPA before it
-is timed: a wrong kernel's timing is worthless, so it is reported as wrong instead.
+skipped). Each configuration is checked against SDPA before it is timed: a wrong kernel's timing is worthless, so
+it is reported as wrong instead. Measuring is grader.benchmarks' core, the same as grader.benchmark's: timed with
+triton.testing.do_bench (median), reported in TFLOP/s (4·B·H·N²·D, halved when causal) with the peak extra
+memory of one call.
 
 Writes results.json, results.md (GPU, driver, torch, triton, date and one table per dtype/head dim/causal)
 and PNG plots (matplotlib) to --out.
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .benchmarks import peak_extra_mib
+from .. import benchmarks as core
 
 FULL_SIZES = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SIZES = (512, 1024)
@@ -48,8 +49,6 @@ COURSE = {  # provider name -> (exercise id, how it is called)
     "course: flash_attention (06)": "flash_attention",
     "course: flash_attention_fast (08)": "flash_attention_fast",
 }
-SDPA_BACKENDS = {"SDPA cuDNN": "CUDNN_ATTENTION", "SDPA FLASH": "FLASH_ATTENTION",
-                 "SDPA EFFICIENT": "EFFICIENT_ATTENTION"}
 NAIVE = "naive PyTorch"
 
 
@@ -82,31 +81,7 @@ class Plan:
         return self.batch.get(n, max(1, 16384 // n))
 
 
-def flops(b, h, n, d, causal):
-    return 4.0 * b * h * n * n * d / (2 if causal else 1)
-
-
 # --------------------------------------------------------------------------------------------- providers
-def _naive(q, k, v, causal):
-    s = (q @ k.transpose(-1, -2)).float() * (1.0 / math.sqrt(q.shape[-1]))
-    if causal:
-        n_q, n_k = s.shape[-2:]
-        keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
-        s = s.masked_fill(~keep, float("-inf"))
-    return torch.softmax(s, dim=-1).to(v.dtype) @ v
-
-
-def _sdpa(backend_name):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backend = getattr(SDPBackend, backend_name)
-
-    def f(q, k, v, causal):
-        with sdpa_kernel([backend]):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return f
-
-
 def _looped_2d(fa2d):
     def f(q, k, v, causal):
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -119,7 +94,7 @@ def _looped_2d(fa2d):
 
 
 def course_providers() -> list[Provider]:
-    from .notebooks import reference
+    from ..notebooks import reference
 
     out = []
     for name, ex_id in COURSE.items():
@@ -137,11 +112,13 @@ def course_providers() -> list[Provider]:
     return out
 
 
+def naive_provider() -> Provider:
+    return Provider(NAIVE, core.naive_attention, kind="torch")
+
+
 def torch_providers() -> list[Provider]:
-    provs = [Provider(NAIVE, _naive, kind="torch")]
-    for name, backend in SDPA_BACKENDS.items():
-        provs.append(Provider(name, _sdpa(backend), kind="torch"))
-    return provs
+    return [naive_provider()] + [Provider(name, core.sdpa_backend(backend), kind="torch")
+                                 for name, backend in core.SDPA_BACKENDS.items()]
 
 
 # --------------------------------------------------------------------------------------------- measuring
@@ -152,7 +129,7 @@ def _inputs(b, h, n, d, dtype, seed=0):
 
 def _close(out, ref, dtype) -> tuple[bool, float]:
     """Compared with SDPA's output (itself rounded to the dtype): twice the grader's tolerance."""
-    from .tolerances import tolerance
+    from ..tolerances import tolerance
 
     atol, rtol = tolerance(dtype)
     diff = (out.float() - ref.float()).abs()
@@ -163,8 +140,6 @@ def _close(out, ref, dtype) -> tuple[bool, float]:
 def measure(plan: Plan, providers: list[Provider], *, warmup=25, rep=100, log=print, deadline=None,
             on_config=None) -> list[dict]:
     """Time every provider on every configuration; stop starting new configurations after `deadline` (time.time)."""
-    import triton.testing
-
     rows = []
     total_memory = torch.cuda.get_device_properties(0).total_memory
     for dt_name, d, causal, n in plan.configs():
@@ -175,11 +150,11 @@ def measure(plan: Plan, providers: list[Provider], *, warmup=25, rep=100, log=pr
         b, h = plan.batch_for(n), plan.heads
         try:
             q, k, v = _inputs(b, h, n, d, dtype)
-            ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            ref = core.sdpa(q, k, v, causal)
         except torch.cuda.OutOfMemoryError:
             log(f"  {dt_name} D={d} causal={causal} N={n}: inputs do not fit, skipped")
             continue
-        work = flops(b, h, n, d, causal)
+        work = core.attention_flops(b, h, n, n, d, causal)
         for p in providers:
             row = dict(provider=p.name, kind=p.kind, dtype=dt_name, D=d, causal=causal, N=n, B=b, H=h)
             if p.unavailable:
@@ -197,10 +172,9 @@ def measure(plan: Plan, providers: list[Provider], *, warmup=25, rep=100, log=pr
                     if not ok:
                         row["status"] = "WRONG (output differs from SDPA beyond the tolerance)"
                     else:
-                        ms = triton.testing.do_bench(lambda p=p: p.fn(q, k, v, causal), warmup=warmup, rep=rep,
-                                                     return_mode="median")
-                        row.update(status="ok", ms=ms, tflops=work / (ms * 1e-3) / 1e12,
-                                   mem_mib=peak_extra_mib(lambda p=p: p.fn(q, k, v, causal)))
+                        ms = core.time_ms(lambda p=p: p.fn(q, k, v, causal), warmup=warmup, rep=rep)
+                        row.update(status="ok", ms=ms, tflops=core.throughput(work, ms),
+                                   mem_mib=core.peak_extra_mib(lambda p=p: p.fn(q, k, v, causal)))
                 except torch.cuda.OutOfMemoryError:
                     row["status"] = "out of memory"
                 except Exception as e:  # noqa: BLE001 - one provider failing must not stop the others
@@ -220,9 +194,9 @@ def measure(plan: Plan, providers: list[Provider], *, warmup=25, rep=100, log=pr
 
 # --------------------------------------------------------------------------------------------- reporting
 def environment_info() -> dict:
-    import subprocess
-
     import triton
+
+    from ..device import driver_version, shared_memory_limit
 
     info = dict(date=time.strftime("%Y-%m-%d %H:%M %Z"), torch=torch.__version__, triton=triton.__version__,
                 python=platform.python_version(), cuda=torch.version.cuda)
@@ -230,14 +204,8 @@ def environment_info() -> dict:
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
                     memory_gib=round(props.total_memory / 2 ** 30, 1),
-                    smem_per_block_optin=getattr(props, "shared_memory_per_block_optin", None),
-                    cudnn=torch.backends.cudnn.version())
-        try:
-            r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=10)
-            info["driver"] = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else None
-        except (OSError, subprocess.SubprocessError, IndexError):
-            info["driver"] = None
+                    smem_per_block_optin=shared_memory_limit(0), cudnn=torch.backends.cudnn.version(),
+                    driver=driver_version())
     return info
 
 
@@ -397,7 +365,7 @@ def _warm_one(job):
     ex_id, d, causal, dt_name = job
     t0 = time.time()
     try:
-        from .notebooks import reference
+        from ..notebooks import reference
 
         fn = reference(ex_id)
         q, k, v = _inputs(1, HEADS, 256, d, DTYPES[dt_name])
@@ -439,7 +407,7 @@ def parallel_warmup(plan: Plan, available: set[str], workers: int, deadline_s: f
 # --------------------------------------------------------------------------------------------- check-only
 def check_only(plan: Plan) -> int:
     """Without a GPU: the plan is well formed and every course provider loads and is right on a tiny input."""
-    from . import environment, oracle
+    from .. import environment, oracle
 
     env = environment.detect()
     print(f"plan: {len(list(plan.configs()))} configurations × providers; sizes {plan.sizes}, dims {plan.dims}, "
@@ -450,7 +418,7 @@ def check_only(plan: Plan) -> int:
     dev = env.device
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 64, 32, device=dev, dtype=torch.float16) for _ in range(3))
-    for p in course_providers() + [Provider(NAIVE, _naive, kind="torch")]:
+    for p in course_providers() + [naive_provider()]:
         if p.unavailable:
             print(f"  {p.name}: {p.unavailable}")
             continue
@@ -475,7 +443,7 @@ def check_only(plan: Plan) -> int:
 
 # --------------------------------------------------------------------------------------------- main
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m grader.suite", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m grader.tools.suite", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=None, help="folder for results.json, results.md and the plots "
                    "(default results/<gpu-name>)")
     p.add_argument("--quick", action="store_true", help="a tiny sweep: N 512 and 1024, D 64, fp16")
@@ -529,13 +497,13 @@ def main(argv=None) -> int:
     if args.check_only:
         return check_only(plan)
     if not torch.cuda.is_available():
-        print("grader.suite needs a CUDA GPU (use --check-only to validate it without one)", file=sys.stderr)
+        print("grader.tools.suite needs a CUDA GPU (use --check-only to validate it without one)", file=sys.stderr)
         return 2
-    from . import environment
+    from .. import environment
 
     env = environment.detect()
     if env.interpreter:
-        print("grader.suite: TRITON_INTERPRET is set; unset it to time the GPU", file=sys.stderr)
+        print("grader.tools.suite: TRITON_INTERPRET is set; unset it to time the GPU", file=sys.stderr)
         return 2
     if not env.supports_bf16 and "bf16" in plan.dtypes:
         plan.dtypes = tuple(d for d in plan.dtypes if d != "bf16") or ("fp16",)
@@ -550,7 +518,7 @@ def main(argv=None) -> int:
         log_file.flush()
 
     t0 = time.time()
-    log(f"grader.suite on {info.get('gpu')} · driver {info.get('driver')} · torch {info['torch']} · "
+    log(f"grader.tools.suite on {info.get('gpu')} · driver {info.get('driver')} · torch {info['torch']} · "
         f"triton {info['triton']} · {info['date']}")
     providers = course_providers() + torch_providers()
     if args.providers:

@@ -1,8 +1,8 @@
 """Generate the learner notebooks (notebooks/) from the instructor notebooks (solutions/).
 
-    python -m grader.build                       # write notebooks/
-    python -m grader.build --check               # exit 1 if notebooks/ has drifted from solutions/
-    python -m grader.build --sync-setup-cells    # rewrite the first code cell of every solution to the setup cell
+    python -m grader.tools.build                       # write notebooks/
+    python -m grader.tools.build --check               # exit 1 if notebooks/ has drifted from solutions/
+    python -m grader.tools.build --sync-setup-cells    # rewrite the first code cell of every solution to the setup cell
 
 Each `### BEGIN SOLUTION [label]` … `### END SOLUTION` region becomes `raise NotImplementedError("TODO: label")`
 at the marker's indentation (the comment above the region, which both versions keep, says what to write).
@@ -11,8 +11,10 @@ Outputs are stripped; cells tagged `raises-in-learner` and cells whose stub rais
 
 The first code cell of every notebook is the setup cell that `setup_cell()` renders from the repository URL in
 pyproject.toml (`[tool.flash-attention-course] repository`): opened on its own (Colab's "open from GitHub"), a
-notebook clones the course and runs colab_setup.sh. The build refuses a solution whose first code cell differs;
-`--sync-setup-cells [NAME ...]` rewrites them (all solutions, or those whose file name starts with a NAME).
+notebook clones the course, then grader/bootstrap.py runs colab_setup.sh and grader.setup(). While the URL is the
+placeholder (https://github.com/OWNER/...) and FA_COURSE_REPO is unset, a notebook that has to clone stops with one
+sentence saying so. The build refuses a solution whose first code cell differs; `--sync-setup-cells [NAME ...]`
+rewrites them (all solutions, or those whose file name starts with a NAME).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import json
 import re
 import sys
 from pathlib import Path
+
+from .. import config
 
 BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION\s*(?P<label>.*)$")
 END = re.compile(r"^\s*### END SOLUTION\s*$")
@@ -38,31 +42,22 @@ class BuildError(Exception):
 
 
 PYPROJECT_TABLE = "flash-attention-course"  # [tool.flash-attention-course] in pyproject.toml
-REPOSITORY_ENV = "FA_COURSE_REPO"  # overrides the URL when a notebook sets itself up (the tests use a local copy)
+PLACEHOLDER = "https://github.com/OWNER/"  # the repository URL until the course's public address is settled
+# Only what must run before the grader can be imported lives here; grader/bootstrap.py does the rest.
 SETUP_CELL = """\
-# Setup. Where the course is not installed (this notebook opened on its own, e.g. on Colab), fetch it with git and
-# run its colab_setup.sh, which installs only what is missing. Then check the machine: GPU or Triton interpreter.
-import os, subprocess, sys
-try:
-    import grader
-except ImportError:
-    def sh(*cmd):  # run a command, show what it printed, stop if it failed
-        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
-        print(r.stdout + r.stderr, end="")
-        r.check_returncode()
+# Setup. Where the course is not installed (this notebook opened on its own, e.g. on Colab), use the checkout this
+# notebook is in or clone one here; grader/bootstrap.py then installs what is missing and checks the machine.
+import importlib.util, os, subprocess, sys
+course = os.path.abspath(".." if os.path.isfile("../colab_setup.sh") else "@NAME@")
+if importlib.util.find_spec("grader") is None and not os.path.isdir(course):  # neither installed nor fetched yet
     repo = os.environ.get("@ENV@", "@REPOSITORY@")
-    course = os.path.abspath(os.path.basename(repo.rstrip("/")).removesuffix(".git"))
-    if os.path.isfile("../colab_setup.sh"):  # this notebook is in notebooks/ of a checkout: set that one up
-        course = os.path.abspath("..")
-    elif not os.path.isdir(course):
-        sh("git", "clone", "--depth", "1", repo, course)
-    sh("bash", os.path.join(course, "colab_setup.sh"))
-    sys.path.insert(0, course)  # a running kernel does not see the new install
-    import grader
-if "google.colab" in sys.modules:  # Colab draws widgets only through its custom widget manager
-    from google.colab import output
-    output.enable_custom_widget_manager()
-env = grader.setup()"""
+    if repo.startswith("@PLACEHOLDER@"):
+        sys.exit(f"{repo} is a placeholder, not the course's address: set @ENV@ to the course's git URL "
+                 "or install the course (pip install -e . in a checkout), then run this cell again.")
+    print(subprocess.run(["git", "clone", "--depth", "1", repo, course], capture_output=True, text=True).stderr)
+sys.path.append(course)  # a running kernel does not see a new install
+import grader.bootstrap
+env = grader.bootstrap.start()"""
 
 
 def repository_url(root: Path) -> str | None:
@@ -85,8 +80,10 @@ def repository_url(root: Path) -> str | None:
 
 
 def setup_cell(repository: str) -> str:
-    """The source of the first code cell of every notebook."""
-    return SETUP_CELL.replace("@ENV@", REPOSITORY_ENV).replace("@REPOSITORY@", repository)
+    """The source of the first code cell of every notebook; it clones `repository` into a folder of its name."""
+    name = repository.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+    return (SETUP_CELL.replace("@ENV@", config.REPO.name).replace("@REPOSITORY@", repository)
+            .replace("@NAME@", name).replace("@PLACEHOLDER@", PLACEHOLDER))
 
 
 def colab_url(repository: str, notebook: str, branch: str = "main") -> str:
@@ -226,15 +223,15 @@ def build(solutions: Path, notebooks: Path, setup: str | None = None) -> dict[Pa
     if stale:
         names = ", ".join(f"solutions/{p.name}" for p in stale)
         short = " ".join(p.stem.split("_")[0] for p in stale)
-        raise BuildError(f"{names}: the first code cell is not the course's setup cell (grader/build.py, "
-                         f"SETUP_CELL); run `python -m grader.build --sync-setup-cells {short}`, then the build")
+        raise BuildError(f"{names}: the first code cell is not the course's setup cell (grader/tools/build.py, "
+                         f"SETUP_CELL); run `python -m grader.tools.build --sync-setup-cells {short}`, then the build")
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .notebooks import repo_root
+    from ..notebooks import repo_root
 
-    p = argparse.ArgumentParser(prog="python -m grader.build", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m grader.tools.build", description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="fail if notebooks/ differs from what would be built")
     p.add_argument("--root", type=Path, default=repo_root(), help="course root holding solutions/ and notebooks/")
     p.add_argument("--sync-setup-cells", nargs="*", metavar="NAME",
@@ -251,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             changed = sync_setup_cells(solutions, setup, args.sync_setup_cells)
             for path in changed:
                 print(f"setup cell rewritten: {path.relative_to(args.root)}")
-            print(f"{len(changed)} solution(s) changed; now run `python -m grader.build`" if changed
+            print(f"{len(changed)} solution(s) changed; now run `python -m grader.tools.build`" if changed
                   else "every setup cell is up to date")
             return 0
         wanted = build(solutions, notebooks, setup)
@@ -267,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"drifted or missing: {d}", file=sys.stderr)
             for e in extra:
                 print(f"no solution source for: {e}", file=sys.stderr)
-            print("run `python -m grader.build` and commit notebooks/", file=sys.stderr)
+            print("run `python -m grader.tools.build` and commit notebooks/", file=sys.stderr)
             return 1
         print(f"notebooks/ matches solutions/ ({len(wanted)} notebooks)")
         return 0
