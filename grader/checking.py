@@ -102,7 +102,7 @@ def _run_case(ex: Exercise, fn: Callable, case: Case, index: int, env, reference
     budget = timeout if timeout is not None else _budget(ref_s, ex, env)
     args, kwargs = case.call_args()
     outcome = run_learner(fn, args, kwargs, budget_s=budget, inputs=case.inputs, guards=case.guards,
-                          guard_allocations=ex.triton)
+                          guard_allocations=ex.triton, allow_reference=notebooks.is_reference(fn))
     res.seconds = outcome.seconds
     if outcome.kind == "not_attempted":
         res.status = "NOT ATTEMPTED"
@@ -117,6 +117,9 @@ def _run_case(ex: Exercise, fn: Callable, case: Case, index: int, env, reference
             message += (f" (the reference solution takes {ref_s:.2g} s on this case; the budget is "
                         f"{BUDGET_FACTOR:g}× that, at least {floor:g} s)")
         res.problems.append(message)
+    elif ex.triton and outcome.launches == 0:
+        res.problems.append("no Triton kernel ran: this exercise asks for a kernel, and your function returned its "
+                            "result without launching any @triton.jit function")
     elif ex.judge(outcome.value, case, res, env.device):
         res.status = "PASS"
     for w in outcome.guard_writes:

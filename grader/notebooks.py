@@ -8,6 +8,7 @@ real .py file because @triton.jit reads its function's source from disk.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import json
@@ -24,6 +25,7 @@ from . import config
 EXPORT_TAG = "export"
 _CACHE: dict[tuple[str, str], ModuleType] = {}
 _REFERENCES: set[int] = set()  # id() of every function handed out by reference(): grading them is not progress
+_WRAPPED: dict[str, tuple[Callable, Callable]] = {}  # exercise id -> (the solution's function, what reference() gave)
 
 
 def repo_root() -> Path:
@@ -136,7 +138,7 @@ def provenance_notes(fn, ex) -> list[str]:
     """What a report says about where fn came from, when it came from a notebook loaded from disk."""
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     path = getattr(module, "__notebook_path__", None)
-    if path is None:
+    if path is None or is_reference(fn):
         return []
     notes = [f"graded `{getattr(fn, '__name__', ex.function)}` from {path}"]
     todos = getattr(module, "__unfinished__", [])
@@ -262,15 +264,31 @@ def keep_passing_code(ex, fn: Callable, sources: list[str] | None = None) -> Pat
 def reference(exercise_id: str):
     """The instructor's implementation of an exercise, loaded from its solution notebook."""
     from .exercises import get
+    from .safety import in_learner_call
 
+    if in_learner_call():
+        raise RuntimeError("grader.reference is not available inside a function being graded: write the exercise "
+                           "yourself")
     ex = get(exercise_id)
     module = load_module(Path(solutions_dir()) / f"{ex.notebook}.ipynb")
     try:
         fn = getattr(module, ex.function)
     except AttributeError:
         raise AttributeError(f"solutions/{ex.notebook}.ipynb exports no function {ex.function!r}") from None
-    _REFERENCES.add(id(fn))
-    return fn
+
+    cached = _WRAPPED.get(exercise_id)
+    if cached is not None and cached[0] is fn:
+        return cached[1]
+
+    @functools.wraps(fn)
+    def instructors(*args, **kwargs):
+        if in_learner_call():  # a graded function that calls the reference is not the learner's work
+            raise RuntimeError(f"the reference solution of {exercise_id} is not available inside a function being "
+                               "graded: write the exercise yourself")
+        return fn(*args, **kwargs)
+    _REFERENCES.add(id(instructors))
+    _WRAPPED[exercise_id] = (fn, instructors)  # kept alive, so that no other function can ever reuse its id()
+    return instructors
 
 
 def is_reference(fn) -> bool:

@@ -542,6 +542,49 @@ class GuardAllocations(TorchDispatchMode):
         return buf.as_strided(meta.shape, meta.stride(), g)
 
 
+# ------------------------------------------------------------------------------------------- kernel launches
+_calls = threading.local()  # .launches: Triton kernels launched in this thread during the learner's call (or None)
+_counting_installed = False
+
+
+def install_launch_counter() -> bool:
+    """Count every Triton kernel launch (compiled or interpreted) while a learner's function runs.
+
+    A launch is JITFunction.run / InterpretedFunction.run without warmup (the autotuner's timing runs count too,
+    which is right: they are the learner's kernels). False when this Triton has neither.
+    """
+    global _counting_installed
+    if _counting_installed:
+        return True
+    classes = []
+    try:
+        from triton.runtime.jit import JITFunction
+        classes.append(JITFunction)
+    except ImportError:
+        pass
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        classes.append(InterpretedFunction)
+    except ImportError:
+        pass
+    for cls in classes:
+        original = cls.run
+
+        def run(self, *args, _original=original, **kwargs):
+            if not kwargs.get("warmup") and getattr(_calls, "launches", None) is not None:
+                _calls.launches += 1
+            return _original(self, *args, **kwargs)
+        cls.run = run
+    _counting_installed = bool(classes)
+    return _counting_installed
+
+
+def in_learner_call() -> bool:
+    """Whether a learner's function is running in this thread under run_learner (grader.reference refuses then,
+    unless the function being graded is the reference itself)."""
+    return getattr(_calls, "launches", None) is not None and not getattr(_calls, "reference_allowed", False)
+
+
 # ------------------------------------------------------------------------------------------------ running
 @dataclass
 class Outcome:
@@ -554,6 +597,7 @@ class Outcome:
     mutated: list[str] = field(default_factory=list)
     stops: int = 0  # how many times the time budget's stop was delivered
     unguarded: int = 0  # float allocations left without guard regions (over GuardAllocations' byte cap)
+    launches: int | None = None  # Triton kernels the call launched (None: this Triton cannot be counted)
 
 
 def _chain(e: BaseException) -> Iterator[BaseException]:
@@ -663,7 +707,8 @@ def _call(fn: Callable, args: tuple, kwargs: dict, stop: _Stop) -> tuple[Any, Ba
 
 
 def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
-                inputs: dict[str, torch.Tensor], guards: list[Guarded], guard_allocations: bool) -> Outcome:
+                inputs: dict[str, torch.Tensor], guards: list[Guarded], guard_allocations: bool,
+                allow_reference: bool = False) -> Outcome:
     """Call fn(*args, **kwargs) and classify whatever happens.
 
     Every exception is a failed case except KeyboardInterrupt (the person pressed stop), which propagates.
@@ -672,6 +717,9 @@ def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
     mode = GuardAllocations() if guard_allocations else None
     stop = _Stop(budget_s)
     out = Outcome()
+    counting = install_launch_counter()
+    outer = getattr(_calls, "launches", None), getattr(_calls, "reference_allowed", False)
+    _calls.launches, _calls.reference_allowed = 0, allow_reference
     t0 = time.perf_counter()
     try:
         if mode is not None:
@@ -682,6 +730,9 @@ def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
     except CaseTimeout as e:  # sent to another thread just as fn returned, raised before the stop was disarmed
         stop.disarm()
         out.value, out.error = None, e
+    finally:
+        out.launches = _calls.launches if counting else None
+        _calls.launches, _calls.reference_allowed = outer
     out.seconds = time.perf_counter() - t0
     out.stops = stop.stops
     out.unguarded = mode.unguarded if mode else 0

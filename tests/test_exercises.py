@@ -217,8 +217,15 @@ def test_bf16_cases_need_compute_capability_8(capability, bf16):
 
 
 # ---- bad arguments must raise ValueError (item 10) ---------------------------------------------------------------
+def _solution(ex_id):
+    """The instructor's code loaded as a learner's would be (grader.reference refuses to run inside a graded call)."""
+    ex = get(ex_id)
+    source = notebooks.export_source(notebooks.solutions_dir() / f"{ex.notebook}.ipynb")
+    return getattr(notebooks.load_source(source, f"copy_of_{ex.notebook}"), ex.function)
+
+
 def test_a_wrapper_that_does_not_validate_fails_the_bad_argument_cases():
-    ref = grader.reference("flash_attention")
+    ref = _solution("flash_attention")
 
     def lax(q, k, v, causal=False, sm_scale=None):
         try:
@@ -233,7 +240,7 @@ def test_a_wrapper_that_does_not_validate_fails_the_bad_argument_cases():
 
 
 def test_a_value_error_must_say_what_is_wrong():
-    ref = grader.reference("flash_attention")
+    ref = _solution("flash_attention")
 
     def vague(q, k, v, causal=False, sm_scale=None):
         try:
@@ -263,3 +270,22 @@ def test_a_function_that_caches_by_shape_fails_the_repeated_case():
 def test_a_bad_seed_is_a_clear_value_error(seed):
     with pytest.raises(ValueError, match="seed must be an integer"):
         grader.check("naive_attention", attention, seed=seed, quiet=True)
+
+
+# ---- checks that cannot be gamed ---------------------------------------------------------------------------------
+def test_a_kernel_exercise_needs_a_kernel():
+    r = grader.check("row_softmax", lambda x: torch.softmax(x.float(), -1).to(x.dtype), quiet=True, record=False)
+    assert not r.passed and all(not c.passed for c in r.cases)
+    assert "no Triton kernel ran" in str(r)
+    assert grader.check("row_softmax", grader.reference("row_softmax"), quiet=True).passed
+
+
+def test_the_reference_is_not_available_inside_a_graded_call():
+    ref = grader.reference("naive_attention")
+    r = grader.check("naive_attention", lambda q, k, v, **kw: ref(q, k, v, **kw), quiet=True, record=False)
+    assert not r.passed and "not available inside a function being graded" in str(r)
+    r = grader.check("naive_attention", lambda q, k, v, **kw: grader.reference("naive_attention")(q, k, v, **kw),
+                     quiet=True, record=False)
+    assert not r.passed and "not available inside a function being graded" in str(r)
+    assert grader.reference("naive_attention") is ref  # one object per exercise: its id() is never reused
+    assert ref(*[torch.randn(1, 1, 4, 8) for _ in range(3)]).shape == (1, 1, 4, 8)  # outside a graded call it works
