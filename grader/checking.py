@@ -160,7 +160,7 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
     else:
         gen = torch.Generator().manual_seed(seed)
         builders = ex.case_builders(env)
-        repeat = ex.repeat_builder(env)
+        repeat = ex.repeat_builder(builders)
         builders = builders + ([repeat] if repeat is not None else [])
         reference = None if timeout is not None or notebooks.is_reference(fn) else _load_reference(ex)
         stop = None

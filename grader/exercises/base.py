@@ -128,9 +128,8 @@ class Exercise:
         """Every case of one run (tests and calibration use this; grader.check builds them one at a time)."""
         return [build(gen) for build in self.case_builders(env)]
 
-    def repeat_builder(self, env: Environment) -> CaseBuilder | None:
+    def repeat_builder(self, builders: list[CaseBuilder]) -> CaseBuilder | None:
         """A case that repeats the first case's shapes with fresh values: a function that caches by shape fails it."""
-        builders = self.case_builders(env)
         if not builders:
             return None
         first = builders[0]
@@ -204,9 +203,13 @@ class Exercise:
         return not bad_nonfinite.any()
 
 
-def with_inputs(case: Case, **tensors: torch.Tensor) -> Case:
-    """Hand the learner clones of `tensors` (positional, before case.args) and watch them for in-place writes."""
-    placed = {k: v.clone() for k, v in tensors.items()}
+def with_inputs(case: Case, *, guard: bool = False, **tensors: torch.Tensor) -> Case:
+    """Hand the learner copies of `tensors` (positional, before case.args), inside NaN guard regions when `guard`,
+    and watch them for in-place writes."""
+    placed = {}
+    for name, t in tensors.items():
+        placed[name], guards = place(t, name, guard)
+        case.guards += guards
     case.args = tuple(placed.values()) + case.args
     case.inputs = placed
     return case

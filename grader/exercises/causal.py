@@ -62,7 +62,7 @@ class KVBlockSplit(Exercise):
         res.problems += oracle.kv_block_split_problems(case.start_m, case.block_m, case.block_n, case.n_k, got)
         return False
 
-    def repeat_builder(self, env):
+    def repeat_builder(self, builders):
         return None  # plain integers in, plain integers out: nothing to cache by shape
 
     def case_builders(self, env):

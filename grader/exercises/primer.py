@@ -5,22 +5,11 @@ from __future__ import annotations
 import torch
 
 from .. import diagnosis, oracle
-from ..safety import guarded_copy
-from .base import Case, Exercise, dtype_tag, on, randn
+from .base import Case, Exercise, dtype_tag, on, randn, with_inputs
 from .softmax import SoftmaxCase, overflow_hint, row_softmax_bugs
 
 _MASK_HINT = ("only lengths that are not a multiple of BLOCK fail: the last program's offsets run past n — load and "
               "store with mask=offs < n")
-
-
-def _guarded(case: Case, **tensors: torch.Tensor) -> Case:
-    """Hand the learner NaN-guarded copies (positional), watched for in-place writes and out-of-bounds stores."""
-    for name, t in tensors.items():
-        view, g = guarded_copy(t, name)
-        case.args += (view,)
-        case.inputs[name] = view
-        case.guards.append(g)
-    return case
 
 
 class VectorAdd(Exercise):
@@ -36,7 +25,7 @@ class VectorAdd(Exercise):
                 tags = {dtype_tag(dtype)} | ({"ragged"} if n % 1024 else set())
                 case = Case(name=f"n = {n}", expected=oracle.add(x, y), dtype=dtype, shapes=f"x, y ({n},)",
                             tags=frozenset(tags))
-                return _guarded(case, x=x, y=y)
+                return with_inputs(case, guard=True, x=x, y=y)
             return make
         sizes = [(1, torch.float32), (1000, torch.float32), (4097, torch.float32), (3000, torch.float16),
                  (on(env, 1 << 20, 20000), torch.float32)]
@@ -67,7 +56,7 @@ class RowSoftmax(Exercise):
                 case = SoftmaxCase(name=f"{shape[0]} rows of {shape[1]}" + (" (large magnitude)" if mag > 1 else ""),
                                    expected=oracle.softmax(x), dtype=dtype, shapes=f"x {shape}",
                                    tags=frozenset(tags), x=x)
-                return _guarded(case, x=x)
+                return with_inputs(case, guard=True, x=x)
             return make
         specs = [((1, 1), 1.0, torch.float32), ((7, 100), 1.0, torch.float32), ((16, 1024), 1.0, torch.float32),
                  ((5, 781), 1.0, torch.float16), ((4, 300), 1e3, torch.float32)]
@@ -91,7 +80,7 @@ class TiledMatmul(Exercise):
                 tags = {dtype_tag(dtype)} | ({"ragged"} if any(x % 16 for x in (M, K, N)) else set())
                 case = Case(name=f"{M}×{K} @ {K}×{N}", expected=oracle.matmul(a, b), dtype=dtype,
                             shapes=f"a ({M}, {K}), b ({K}, {N})", tags=frozenset(tags))
-                return _guarded(case, a=a, b=b)
+                return with_inputs(case, guard=True, a=a, b=b)
             return make
         specs = [(16, 16, 16, torch.float32), (64, 64, 64, torch.float16), (33, 17, 65, torch.float32),
                  (100, 70, 130, torch.float16), (1, 40, 1, torch.float32), (128, 256, 32, torch.float16)]
