@@ -20,8 +20,8 @@ from grader.notebooks import load_module, solutions_dir
 
 ENV = grader.setup(quiet=True)
 REACH = backward.reach_specs
-FEW = ("one block", "a single query and key", "GQA: 6 heads share 2 K/V heads", "large-magnitude scores",
-       "causal GQA as (B, N, H, D) views")  # a single key is where a rounded Δ shows most (dS must be exactly 0)
+FEW = ("one block", "a single query and key", "one key for 64 queries", "GQA: 6 heads share 2 K/V heads",
+       "large-magnitude scores", "causal GQA as (B, N, H, D) views")  # one key: dS must be exactly 0, a rounded Δ shows
 
 
 @pytest.fixture
