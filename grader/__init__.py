@@ -41,10 +41,17 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'grader' has no attribute {name!r}")
 
 
-def setup(quiet: bool = False) -> Environment:
-    """Find the GPU (or switch to the Triton interpreter), print a short table, return what was found."""
-    from .environment import detect
+def setup(quiet: bool = False, lang: str | None = None) -> Environment:
+    """Find the GPU (or switch to the Triton interpreter), print a short table, return what was found.
 
+    lang: the language of every report and message from now on, "en" or "zh" (zh-CN); None keeps the one in
+    force (FA_COURSE_LANG, else English).
+    """
+    from .environment import detect
+    from .messages import set_language
+
+    if lang is not None:
+        set_language(lang)
     env = detect()
     if not quiet:
         print("FlashAttention in Triton — environment")

@@ -42,9 +42,9 @@ def run_setup_script(root: Path = ROOT) -> None:
     importlib.invalidate_caches()  # what it installed becomes importable in this running kernel
 
 
-def start(quiet: bool = False) -> Environment:
+def start(quiet: bool = False, lang: str | None = None) -> Environment:
     """Install what is missing (only where this checkout is not the installed course), turn on Colab's widget
-    manager on Colab, then grader.setup(): the GPU, or the Triton interpreter."""
+    manager on Colab, then grader.setup(lang=lang): the GPU, or the Triton interpreter."""
     if installed_root() != ROOT:
         run_setup_script(ROOT)
     if "google.colab" in sys.modules:  # Colab draws widgets only through its custom widget manager
@@ -53,4 +53,4 @@ def start(quiet: bool = False) -> Environment:
         output.enable_custom_widget_manager()
     import grader
 
-    return grader.setup(quiet=quiet)
+    return grader.setup(quiet=quiet, lang=lang)

@@ -16,7 +16,7 @@ import torch
 from . import environment, exercises, notebooks, reports, store
 from .exercises.base import Case, Exercise, fmt_dtype
 from .results import CaseResult, CheckResult
-from .safety import run_learner
+from .safety import Outcome, run_learner
 
 #: a case's time budget is this multiple of the reference solution's time on it, and at least floor_s()
 BUDGET_FACTOR = 25.0
@@ -37,6 +37,22 @@ def _seed(seed: Any) -> int:
     return seed
 
 
+#: runs one case of the learner's code within a time budget (seconds) and says how it ended
+Runner = Callable[[Exercise, Case, float], Outcome]
+
+
+def in_process(fn: Callable) -> Runner:
+    """The runner of grader.check: the learner's function, called in this process (safety.run_learner)."""
+    allow = notebooks.is_reference(fn)
+
+    def run(ex: Exercise, case: Case, budget: float) -> Outcome:
+        args, kwargs = case.call_args()
+        return run_learner(lambda *a, **k: ex.invoke(fn, a, k, case.extra), args, kwargs, budget_s=budget,
+                           inputs=case.inputs, guards=case.guards, guard_allocations=ex.triton,
+                           allow_reference=allow)
+    return run
+
+
 def _reference_seconds(ex: Exercise, case: Case, env, reference: Callable | None) -> float | None:
     """How long the instructor's solution takes on this case (measured once per session, compile included)."""
     if reference is None:
@@ -46,7 +62,7 @@ def _reference_seconds(ex: Exercise, case: Case, env, reference: Callable | None
         args, kwargs = case.call_args()
         t0 = time.perf_counter()
         try:
-            reference(*args, **kwargs)
+            ex.invoke(reference, args, kwargs, case.extra)
             if env.device == "cuda":
                 torch.cuda.synchronize()
         except Exception:  # noqa: BLE001 - bad-argument cases raise on purpose; any failure just gives no timing
@@ -94,15 +110,13 @@ def _judge_raises(outcome, case: Case, res: CaseResult) -> bool:
     return True
 
 
-def _run_case(ex: Exercise, fn: Callable, case: Case, index: int, env, reference: Callable | None,
+def _run_case(ex: Exercise, runner: Runner, case: Case, index: int, env, reference: Callable | None,
               timeout: float | None) -> tuple[CaseResult, str]:
     """The case's result, and how the call ended (safety.Outcome.kind)."""
     res = CaseResult(index, case.name, case.shapes, fmt_dtype(case.dtype), "FAIL", tags=case.tags)
     ref_s = None if timeout is not None else _reference_seconds(ex, case, env, reference)
     budget = timeout if timeout is not None else _budget(ref_s, ex, env)
-    args, kwargs = case.call_args()
-    outcome = run_learner(fn, args, kwargs, budget_s=budget, inputs=case.inputs, guards=case.guards,
-                          guard_allocations=ex.triton, allow_reference=notebooks.is_reference(fn))
+    outcome = runner(ex, case, budget)
     res.seconds = outcome.seconds
     if outcome.kind == "not_attempted":
         res.status = "NOT ATTEMPTED"
@@ -142,6 +156,43 @@ def _cross_case_hints(ex: Exercise, results: list[CaseResult]) -> list[str]:
     return [ex.hints[tag] for tag in sorted(common) if tag in ex.hints]
 
 
+def round_seed(seed: int, round_: int) -> int:
+    """The seed of batch grading's extra draws: round 0 is the learner's own run."""
+    return (seed + round_ * 0x9E3779B97F4A7C15) % 2 ** 63
+
+
+def run_cases(ex: Exercise, env, seed: int, runner: Runner, result: CheckResult, *, reference: Callable | None,
+              timeout: float | None = None, rounds: int = 1, hidden: bool = False, isolated: bool = False) -> None:
+    """Every case of the exercise (drawn `rounds` times, plus its hidden cases when `hidden`) into result.cases.
+
+    isolated: the runner gives each failure a fresh process, so a CUDA error does not end the run.
+    """
+    builders = ex.case_builders(env)
+    repeat = ex.repeat_builder(builders)
+    builders = builders + ([repeat] if repeat is not None else [])
+    plan = [(r, b) for r in range(rounds) for b in builders]
+    plan += [(rounds, b) for b in (ex.hidden_case_builders(env) if hidden else [])]
+    gens: dict[int, torch.Generator] = {}
+    stop = None
+    for i, (r, build) in enumerate(plan, 1):
+        gen = gens.setdefault(r, torch.Generator().manual_seed(round_seed(seed, r)))
+        case = build(gen)
+        if r:
+            case.name += " (hidden)" if r == rounds else f" (draw {r + 1})"
+        if stop is not None:
+            result.cases.append(CaseResult(i, case.name, case.shapes, fmt_dtype(case.dtype), "FAIL", tags=case.tags,
+                                           problems=[stop]))
+            continue
+        res, how = _run_case(ex, runner, case, i, env, reference, timeout)
+        result.cases.append(res)
+        if how == "timeout":
+            stop = "not run: an earlier case ran past its time budget"
+        elif how == "cuda_error" and not isolated:
+            result.hints.append("stopped after a CUDA error: the GPU context cannot run more cases")
+            break
+    result.hints += _cross_case_hints(ex, result.cases)
+
+
 def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: float | None = None,
           quiet: bool = False, record: bool = True) -> CheckResult:
     """Grade `fn` on the exercise's cases; show a report; return the result (never raises for fn's sake).
@@ -158,27 +209,8 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
                                        problems=[f"grader.check expects the function {ex.signature}, got "
                                                  f"{type(fn).__name__}"]))
     else:
-        gen = torch.Generator().manual_seed(seed)
-        builders = ex.case_builders(env)
-        repeat = ex.repeat_builder(builders)
-        builders = builders + ([repeat] if repeat is not None else [])
         reference = None if timeout is not None or notebooks.is_reference(fn) else _load_reference(ex)
-        stop = None
-        for i, build in enumerate(builders, 1):
-            case = build(gen)
-            if stop is not None:
-                res = CaseResult(i, case.name, case.shapes, fmt_dtype(case.dtype), "FAIL", tags=case.tags,
-                                 problems=[stop])
-                result.cases.append(res)
-                continue
-            res, how = _run_case(ex, fn, case, i, env, reference, timeout)
-            result.cases.append(res)
-            if how == "timeout":
-                stop = "not run: an earlier case ran past its time budget"
-            elif how == "cuda_error":
-                result.hints.append("stopped after a CUDA error: the GPU context cannot run more cases")
-                break
-        result.hints += _cross_case_hints(ex, result.cases)
+        run_cases(ex, env, seed, in_process(fn), result, reference=reference, timeout=timeout)
     if record and not notebooks.is_reference(fn):
         store.record_check(result)
     if result.passed and ex.keep_on_pass and not notebooks.is_reference(fn):

@@ -47,6 +47,8 @@ class Variable:
 # ---- learners and instructors
 REPO = Variable("FA_COURSE_REPO", "git URL a notebook opened on its own clones the course from (a mirror, or a "
                 "local copy in the tests)", "pyproject.toml's [tool.flash-attention-course] repository")
+LANG = Variable("FA_COURSE_LANG", "language of the grader's reports and messages: en, or zh (zh-CN)",
+                "English, unless grader.setup(lang=...) chose one")
 PROGRESS = Variable("FA_COURSE_PROGRESS", "JSON file where grader.progress() keeps which exercises pass",
                     "~/.flash_attention_course/progress.json")
 SOLUTIONS = Variable("FA_COURSE_SOLUTIONS", "folder of the instructor notebooks grader.reference() runs",
@@ -68,7 +70,7 @@ CALIBRATION_SEEDS = Variable("FA_COURSE_CALIBRATION_SEEDS", "random seeds per ex
 CALIBRATION_OUT = Variable("FA_COURSE_CALIBRATION_OUT", "JSON-lines file where tests/test_tolerances.py records the "
                            "worst fraction of each tolerance used", "unset: nothing is recorded")
 
-VARIABLES: dict[str, Variable] = {v.name: v for v in (REPO, PROGRESS, SOLUTIONS, STATIC_VISUALS, BENCH_QUICK,
+VARIABLES: dict[str, Variable] = {v.name: v for v in (REPO, LANG, PROGRESS, SOLUTIONS, STATIC_VISUALS, BENCH_QUICK,
                                                      SKIP_BROWSER, CHROMIUM, SCREENSHOTS, CALIBRATION_SEEDS,
                                                      CALIBRATION_OUT)}
 

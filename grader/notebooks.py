@@ -16,6 +16,7 @@ import re
 import symtable
 import sys
 import tempfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -261,6 +262,43 @@ def keep_passing_code(ex, fn: Callable, sources: list[str] | None = None) -> Pat
     return target
 
 
+# ------------------------------------------------------------------------ the references of a learner release
+#: A learner release (python -m grader.tools.build --release) has no solutions/: the export cells of every solution
+#: notebook travel in this file instead, compressed and masked so that opening it shows no code. That stops casual
+#: peeking, not a determined reader (this module unpacks it, and a loaded reference's source is a file on disk).
+BUNDLE = Path(__file__).resolve().parent / "references.bin"
+_MAGIC = b"flash-attention-course references 1\n"
+
+
+def _mask(data: bytes) -> bytes:
+    key = hashlib.sha256(_MAGIC).digest()
+    stream = (key * (len(data) // len(key) + 1))[: len(data)]
+    return bytes(a ^ b for a, b in zip(data, stream))
+
+
+def pack_references(sources: dict[str, str]) -> bytes:
+    return _MAGIC + _mask(zlib.compress(json.dumps(sources, ensure_ascii=False).encode("utf-8"), 9))
+
+
+def unpack_references(data: bytes) -> dict[str, str]:
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a references bundle of this course")
+    return json.loads(zlib.decompress(_mask(data[len(_MAGIC):])).decode("utf-8"))
+
+
+def solution_module(notebook: str) -> ModuleType:
+    """The export cells of solutions/<notebook>.ipynb, or of the release's bundle where there is no solutions/."""
+    path = Path(solutions_dir()) / f"{notebook}.ipynb"
+    if path.exists():
+        return load_module(path)
+    if BUNDLE.exists() and not config.SOLUTIONS.path():
+        sources = unpack_references(BUNDLE.read_bytes())
+        if notebook in sources:
+            return load_source(sources[notebook], f"reference_{notebook}")
+    raise FileNotFoundError(f"no reference solution for {notebook} in this copy of the course ({path} does not "
+                            "exist" + (", and grader/references.bin lacks it)" if BUNDLE.exists() else ")"))
+
+
 def reference(exercise_id: str):
     """The instructor's implementation of an exercise, loaded from its solution notebook."""
     from .exercises import get
@@ -270,11 +308,11 @@ def reference(exercise_id: str):
         raise RuntimeError("grader.reference is not available inside a function being graded: write the exercise "
                            "yourself")
     ex = get(exercise_id)
-    module = load_module(Path(solutions_dir()) / f"{ex.notebook}.ipynb")
+    module = solution_module(ex.notebook)
     try:
         fn = getattr(module, ex.function)
     except AttributeError:
-        raise AttributeError(f"solutions/{ex.notebook}.ipynb exports no function {ex.function!r}") from None
+        raise AttributeError(f"the solution of {ex.notebook} exports no function {ex.function!r}") from None
 
     cached = _WRAPPED.get(exercise_id)
     if cached is not None and cached[0] is fn:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from .. import diagnosis, oracle
 from ..environment import Environment
-from .base import BugModel, Case, CaseBuilder, Exercise, dtype_tag, on, place, randn
+from .base import BugModel, Case, CaseBuilder, Exercise, draw_choice, draw_int, dtype_tag, on, place, randn
 
 
 @dataclass
@@ -97,6 +97,20 @@ def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=
 
 def builder(env: Environment, name: str, **spec) -> CaseBuilder:
     return lambda gen: attention_case(env, gen, name, **spec)
+
+
+def random_lengths(gen: torch.Generator, longest: int, causal: bool | None = None) -> dict:
+    """Nq and Nk from 1 to `longest`, and the causal flag (a coin unless given): batch grading's hidden sizes."""
+    return dict(Nq=draw_int(gen, 1, longest), Nk=draw_int(gen, 1, longest),
+                causal=bool(draw_int(gen, 0, 1)) if causal is None else causal)
+
+
+def drawn_builder(env: Environment, name: str, draw: Callable[[torch.Generator], dict],
+                  make: Callable[..., Case] = attention_case, **fixed) -> CaseBuilder:
+    """A case whose sizes are drawn from the run's generator, then its values (hidden cases of batch grading)."""
+    def build(gen: torch.Generator) -> Case:
+        return make(env, gen, name, **(dict(fixed) | draw(gen)))
+    return build
 
 
 # ------------------------------------------------------------------------------------ simulated classic bugs
@@ -347,6 +361,11 @@ class NaiveAttention(AttentionExercise):
             c("fp64 inputs", Nq=33, Nk=33, D=16, dtype=torch.float64),
         ]
 
+    def hidden_case_builders(self, env):
+        def draw(gen):
+            return random_lengths(gen, on(env, 700, 120)) | dict(H=draw_int(gen, 1, 3), D=draw_choice(gen, (8, 24, 64)))
+        return [drawn_builder(env, "random lengths", draw, dtype=torch.float32, tags={"ragged"})]
+
 
 # ------------------------------------------------------------------------------------- 03 tiled attention
 def _tiled_call(case: AttentionCase) -> tuple[tuple, dict]:
@@ -384,6 +403,13 @@ class TiledAttention(AttentionExercise):
               tags={"multi-block"}),
             c("fp16 inputs", 32, 32, B=2, Nq=64, Nk=160, D=64, dtype=f16, tags={"multi-block", "ragged"}),
         ]
+
+    def hidden_case_builders(self, env):
+        def draw(gen):
+            bm, bn = draw_choice(gen, (8, 16, 32, 64)), draw_choice(gen, (8, 16, 32, 64))
+            return random_lengths(gen, on(env, 600, 150), causal=False) | dict(block_m=bm, block_n=bn, D=16)
+        return [drawn_builder(env, "random lengths and blocks", draw, dtype=torch.float32, call=_tiled_call,
+                              tags={"ragged", "multi-block"})]
 
 
 EXERCISES = [

@@ -40,6 +40,9 @@ class Case:
     raises: type[Exception] | None = None
     #: ... with a message that contains one of these words (the argument it is about)
     mentions: tuple[str, ...] = ()
+    #: tensors the exercise's `invoke` needs besides the arguments (never the answer: a submission graded in a
+    #: child process receives args, kwargs and these, nothing else of the case)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def call_args(self) -> tuple[tuple, dict]:
         return self.args, self.kwargs
@@ -60,6 +63,15 @@ def fmt_dtype(d: torch.dtype | None) -> str:
 
 def randn(shape, gen: torch.Generator, dtype: torch.dtype, device: str, scale: float = 1.0) -> torch.Tensor:
     return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype).to(device)
+
+
+def draw_int(gen: torch.Generator, lo: int, hi: int) -> int:
+    """An integer from lo to hi inclusive, from the run's generator."""
+    return int(torch.randint(lo, hi + 1, (1,), generator=gen))
+
+
+def draw_choice(gen: torch.Generator, options: Sequence):
+    return options[draw_int(gen, 0, len(options) - 1)]
 
 
 def dtype_tag(dtype: torch.dtype) -> str:
@@ -123,6 +135,16 @@ class Exercise:
 
     def case_builders(self, env: Environment) -> list[CaseBuilder]:
         raise NotImplementedError
+
+    def hidden_case_builders(self, env: Environment) -> list[CaseBuilder]:
+        """Cases only batch grading (python -m grader.grade) adds, e.g. sizes drawn at random: none by default."""
+        return []
+
+    def invoke(self, fn: Callable, args: tuple, kwargs: dict, extra: dict[str, torch.Tensor]) -> Any:
+        """What one case runs of the learner's code; its value is what `judge` gets. Override when a case runs
+        more than the call (autograd: the backward too). Runs in the learner's process, so it must not need the
+        answer."""
+        return fn(*args, **kwargs)
 
     def make_cases(self, env: Environment, gen: torch.Generator) -> list[Case]:
         """Every case of one run (tests and calibration use this; grader.check builds them one at a time)."""

@@ -6,8 +6,17 @@ import math
 
 import torch
 
-from .attention import AttentionExercise, builder, layout_bugs, pick, scale_and_mask_bugs, softmax_bugs
-from .base import Case, CaseBuilder, bf16_graded, on, randn
+from .attention import (
+    AttentionExercise,
+    builder,
+    drawn_builder,
+    layout_bugs,
+    pick,
+    random_lengths,
+    scale_and_mask_bugs,
+    softmax_bugs,
+)
+from .base import Case, CaseBuilder, bf16_graded, draw_choice, draw_int, on, randn
 
 
 def _fa2d_call(case):
@@ -39,6 +48,14 @@ class FlashAttention2D(AttentionExercise):
         if bf16_graded(env):
             cases.append(c("bf16 inputs", 128, 256, 64, torch.bfloat16, tags={"multi-block"}))
         return cases
+
+    def hidden_case_builders(self, env):
+        def draw(gen):
+            d, blocks = draw_choice(gen, (16, 32, 64, 128)), on(env, 24, 5)  # 64-row blocks: this kernel has no masks
+            return dict(Nq=64 * draw_int(gen, 1, blocks), Nk=64 * draw_int(gen, 1, blocks), D=d,
+                        sm_scale=1.0 / math.sqrt(d))
+        return [drawn_builder(env, "random numbers of blocks", draw, dtype=torch.float16, two_d=True, guard=True,
+                              call=_fa2d_call, tags={"multi-block"})]
 
 
 def bad_argument_builders(env) -> list[CaseBuilder]:
@@ -114,6 +131,17 @@ def full_attention_builders(env) -> list[CaseBuilder]:
     return cases + bad_argument_builders(env)
 
 
+def random_full_attention(env) -> CaseBuilder:
+    """Random lengths, head dim, GQA group, layout and causal flag: what 06 and 08 must handle, unannounced."""
+    def draw(gen):
+        h_kv = draw_int(gen, 1, 2)
+        return random_lengths(gen, on(env, 2000, 200)) | dict(
+            B=draw_int(gen, 1, 2), H=h_kv * draw_int(gen, 1, 3), H_kv=h_kv, D=draw_choice(gen, (16, 48, 64, 80, 128)),
+            layout=draw_choice(gen, ("bhnd", "bnhd")))
+    return drawn_builder(env, "random lengths, head dim, heads and layout", draw, dtype=torch.float16, guard=True,
+                         tags={"ragged"})
+
+
 class FlashAttention(AttentionExercise):
     triton = True
     keep_on_pass = True  # notebook 07 grades the causal part of this very kernel
@@ -125,6 +153,9 @@ class FlashAttention(AttentionExercise):
 
     def case_builders(self, env):
         return full_attention_builders(env)
+
+    def hidden_case_builders(self, env):
+        return [random_full_attention(env)]
 
 
 EXERCISES = [

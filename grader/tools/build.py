@@ -3,6 +3,7 @@
     python -m grader.tools.build                       # write notebooks/
     python -m grader.tools.build --check               # exit 1 if notebooks/ has drifted from solutions/
     python -m grader.tools.build --sync-setup-cells    # rewrite the first code cell of every solution to the setup cell
+    python -m grader.tools.build --release DIR         # the learner release: no solutions (grader/tools/release.py)
 
 Each `### BEGIN SOLUTION [label]` … `### END SOLUTION` region becomes `raise NotImplementedError("TODO: label")`
 at the marker's indentation (the comment above the region, which both versions keep, says what to write).
@@ -28,12 +29,14 @@ import sys
 from pathlib import Path
 
 from .. import config
+from . import translations
 
 BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION\s*(?P<label>.*)$")
 END = re.compile(r"^\s*### END SOLUTION\s*$")
 LEARNER_RAISES = "raises-in-learner"
 NBVAL_RAISES = "raises-exception"
 SOLUTION_ONLY = "solution-only"
+NOTEBOOK_METADATA = "flash_attention_course"  # {"notebook": "06_flash_attention"} in every learner notebook
 _TRIVIAL = re.compile(r"^[\s()\[\]{}:,.]*$")
 
 
@@ -48,7 +51,7 @@ SETUP_CELL = """\
 # Setup. Where the course is not installed (this notebook opened on its own, e.g. on Colab), use the checkout this
 # notebook is in or clone one here; grader/bootstrap.py then installs what is missing and checks the machine.
 import importlib.util, os, subprocess, sys
-course = os.path.abspath(".." if os.path.isfile("../colab_setup.sh") else "@NAME@")
+course = os.path.abspath(next((p for p in ("..", "../..") if os.path.isfile(f"{p}/colab_setup.sh")), "@NAME@"))
 if importlib.util.find_spec("grader") is None and not os.path.isdir(course):  # neither installed nor fetched yet
     repo = os.environ.get("@ENV@", "@REPOSITORY@")
     if repo.startswith("@PLACEHOLDER@"):
@@ -60,30 +63,57 @@ import grader.bootstrap
 env = grader.bootstrap.start()"""
 
 
-def repository_url(root: Path) -> str | None:
-    """The course's git URL from root/pyproject.toml; None when there is no pyproject.toml (a scratch root)."""
+def course_setting(root: Path, key: str) -> str | None:
+    """A string in pyproject.toml's [tool.flash-attention-course]; None without pyproject.toml or the key."""
     path = Path(root) / "pyproject.toml"
     if not path.exists():
         return None
     text = path.read_text(encoding="utf-8")
     try:
         import tomllib
-    except ImportError:  # Python 3.10: the one key, read by hand
-        m = re.search(rf'^\[tool\.{re.escape(PYPROJECT_TABLE)}\][^\[]*?^repository\s*=\s*"([^"]+)"', text, re.M | re.S)
-        url = m.group(1) if m else None
-    else:
-        url = tomllib.loads(text).get("tool", {}).get(PYPROJECT_TABLE, {}).get("repository")
+    except ImportError:  # Python 3.10: one key, read by hand
+        m = re.search(rf'^\[tool\.{re.escape(PYPROJECT_TABLE)}\][^\[]*?^{re.escape(key)}\s*=\s*"([^"]+)"', text,
+                      re.M | re.S)
+        return m.group(1) if m else None
+    return tomllib.loads(text).get("tool", {}).get(PYPROJECT_TABLE, {}).get(key)
+
+
+def repository_url(root: Path) -> str | None:
+    """The course's git URL from root/pyproject.toml; None when there is no pyproject.toml (a scratch root)."""
+    path = Path(root) / "pyproject.toml"
+    if not path.exists():
+        return None
+    url = course_setting(root, "repository")
     if not url:
         raise BuildError(f"{path}: no [tool.{PYPROJECT_TABLE}] repository = \"https://github.com/...\" "
                          "(the URL the notebooks clone the course from)")
     return url
 
 
-def setup_cell(repository: str) -> str:
-    """The source of the first code cell of every notebook; it clones `repository` into a folder of its name."""
+def setup_cell(repository: str, branch: str | None = None) -> str:
+    """The source of the first code cell of every notebook; it clones `repository` (at `branch`: the learner
+    release's cells) into a folder of its name."""
     name = repository.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
-    return (SETUP_CELL.replace("@ENV@", config.REPO.name).replace("@REPOSITORY@", repository)
+    cell = (SETUP_CELL.replace("@ENV@", config.REPO.name).replace("@REPOSITORY@", repository)
             .replace("@NAME@", name).replace("@PLACEHOLDER@", PLACEHOLDER))
+    if branch:
+        clone = '"--depth", "1", repo'
+        if clone not in cell:
+            raise BuildError("SETUP_CELL has no `git clone --depth 1 repo` for the release's branch to go into")
+        cell = cell.replace(clone, f'"--depth", "1", "--branch", {json.dumps(branch)}, repo')
+    return cell
+
+
+START = "env = grader.bootstrap.start()"
+
+
+def with_language(cell: str, lang: str) -> str:
+    """The setup cell of an edition: English notebooks call start(), the others start(lang=...)."""
+    if lang == "en":
+        return cell
+    if START not in cell:
+        raise BuildError(f"the setup cell has no `{START}` to give the {lang} edition its language")
+    return cell.replace(START, f"env = grader.bootstrap.start(lang={json.dumps(lang)})")
 
 
 def colab_url(repository: str, notebook: str, branch: str = "main") -> str:
@@ -212,14 +242,31 @@ def dumps(nb: dict) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def build(solutions: Path, notebooks: Path, setup: str | None = None) -> dict[Path, str]:
-    """Map of learner notebook path -> its text. With setup, every first code cell must be that source."""
+def build(solutions: Path, notebooks: Path, setup: str | None = None, release_setup: str | None = None
+          ) -> dict[Path, str]:
+    """Map of learner notebook path -> its text. With setup, every first code cell must be that source; with
+    release_setup, the learner notebooks get that one instead (the release's clone address)."""
     result, stale = {}, []
     for sol in sorted(solutions.glob("*.ipynb")):
         nb = json.loads(sol.read_text(encoding="utf-8"))
         if setup is not None and not has_setup_cell(nb, f"solutions/{sol.name}", setup):
             stale.append(sol)
-        result[notebooks / sol.name] = dumps(learner_notebook(nb, f"solutions/{sol.name}"))
+        editions = {"en": nb}
+        for lang in translations.EDITIONS:  # the other editions: the same code, translated text
+            path = translations.translation_path(solutions, sol.stem, lang)
+            if path.exists():
+                try:
+                    sections = translations.parse(path.read_text(encoding="utf-8"))
+                except ValueError as e:
+                    raise BuildError(f"{path}: {e}") from None
+                editions[lang] = translations.translate(nb, sections)
+        for lang, source in editions.items():
+            learner = learner_notebook(source, f"solutions/{sol.name} ({lang})")
+            learner.setdefault("metadata", {})[NOTEBOOK_METADATA] = {"notebook": sol.stem, "lang": lang}
+            cell = _first_code_cell(learner, f"solutions/{sol.name}")
+            cell["source"] = with_language(release_setup if release_setup is not None else _src(cell), lang)
+            folder = notebooks / translations.NOTEBOOK_FOLDERS[lang] if lang != "en" else notebooks
+            result[folder / sol.name] = dumps(learner)
     if stale:
         names = ", ".join(f"solutions/{p.name}" for p in stale)
         short = " ".join(p.stem.split("_")[0] for p in stale)
@@ -237,8 +284,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sync-setup-cells", nargs="*", metavar="NAME",
                    help="rewrite the first code cell of the solutions (all, or those whose file name starts with a "
                         "NAME, e.g. 03) to the setup cell rendered from pyproject.toml's repository URL, then stop")
+    p.add_argument("--release", type=Path, metavar="DIR",
+                   help="write the learner release (no solutions; grader/tools/release.py) into DIR, then stop")
     args = p.parse_args(argv)
     solutions, notebooks = args.root / "solutions", args.root / "notebooks"
+    if args.release is not None:
+        from .release import write_release
+
+        try:
+            files = write_release(args.root, args.release)
+        except BuildError as e:
+            print(f"release failed: {e}", file=sys.stderr)
+            return 2
+        print(f"release written to {args.release} ({len(files)} files; no solutions)")
+        return 0
     try:
         url = repository_url(args.root)
         setup = setup_cell(url) if url else None
@@ -258,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         drift = [str(p.relative_to(args.root)) for p, text in wanted.items()
                  if not p.exists() or p.read_text(encoding="utf-8") != text]
-        extra = [str(p.relative_to(args.root)) for p in notebooks.glob("*.ipynb") if p not in wanted]
+        folders = [notebooks] + [notebooks / f for f in translations.NOTEBOOK_FOLDERS.values()]
+        extra = [str(p.relative_to(args.root)) for d in folders for p in d.glob("*.ipynb") if p not in wanted]
         if drift or extra:
             for d in drift:
                 print(f"drifted or missing: {d}", file=sys.stderr)
@@ -266,10 +326,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"no solution source for: {e}", file=sys.stderr)
             print("run `python -m grader.tools.build` and commit notebooks/", file=sys.stderr)
             return 1
-        print(f"notebooks/ matches solutions/ ({len(wanted)} notebooks)")
+        print(f"notebooks/ matches solutions/ ({len(wanted)} notebooks, every edition)")
         return 0
-    notebooks.mkdir(exist_ok=True)
     for path, text in wanted.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(args.root)}")

@@ -1,0 +1,108 @@
+"""The learner release (python -m grader.tools.build --release DIR): no solution in plain sight, and every
+notebook works there as in the repository (nbval on its learner notebooks and on one filled-in notebook)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import notebooks as nbs
+from grader.tools import build, release
+
+ROOT = nbs.repo_root()
+TEXT = (".py", ".ipynb", ".md", ".sh", ".toml", ".txt", ".json")
+
+
+@pytest.fixture(scope="module")
+def rel(tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("release") / "course"
+    release.write_release(ROOT, dest)
+    return dest
+
+
+def _solution_lines() -> dict[str, set[str]]:
+    """Per solution notebook, every distinctive line inside its BEGIN/END SOLUTION regions."""
+    lines: dict[str, set[str]] = {}
+    for sol in (ROOT / "solutions").glob("*.ipynb"):
+        for cell in json.loads(sol.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "code":
+                _, removed = build.stub_source(build._src(cell), sol.name)
+                lines.setdefault(sol.name, set()).update(ln.strip() for ln in removed if len(ln.strip()) >= 30)
+    return lines
+
+
+def test_the_release_has_no_solutions_in_plain_sight(rel):
+    assert not (rel / "solutions").exists() and not (rel / "tests").exists()
+    assert sorted(p.name for p in (rel / "notebooks").glob("*.ipynb")) == \
+        sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
+    per_notebook = _solution_lines()
+    every = set().union(*per_notebook.values())
+    assert len(every) > 50
+    for path in rel.rglob("*"):
+        if path.is_file() and path.suffix in TEXT:
+            text = path.read_text(encoding="utf-8")
+            assert "### BEGIN SOLUTION" not in text or path.suffix == ".py", path
+            # A notebook may hand out, as given code, what a later notebook has the learner write; the grader's
+            # fp64 oracle is, unavoidably, the PyTorch exercises' answer (README says so), but no kernel line.
+            if path.suffix == ".ipynb":
+                secret = per_notebook.get(path.name, set())
+            elif path.suffix == ".py":
+                secret = {ln for ln in every if "tl." in ln}
+            else:
+                secret = every
+            leaked = [ln for ln in secret if ln in text]
+            assert not leaked, f"{path.relative_to(rel)} contains solution lines: {leaked[:3]}"
+    data = (rel / "grader" / nbs.BUNDLE.name).read_bytes()
+    assert b"def " not in data and b"triton" not in data  # packed: nothing readable by opening the file
+
+
+def test_the_bundle_holds_every_solution(rel):
+    sources = nbs.unpack_references((rel / "grader" / nbs.BUNDLE.name).read_bytes())
+    exporting = [p.stem for p in (ROOT / "solutions").glob("*.ipynb") if "export" in p.read_text(encoding="utf-8")]
+    assert sorted(sources) == sorted(exporting)
+    assert sources["01_naive_attention"] == nbs.export_source(ROOT / "solutions" / "01_naive_attention.ipynb")
+
+
+def test_the_release_readme_and_setup_cells_point_at_the_release(rel):
+    readme = (rel / "README.md").read_text(encoding="utf-8")
+    assert "<!-- instructors -->" not in readme and "How to add an exercise" not in readme
+    assert "/blob/release/notebooks/" in readme and "/blob/main/" not in readme
+    assert "git clone --depth 1 --branch release https://github.com/" in readme  # ModelScope's terminal command
+    for rel_path in release.README_FIGURES.findall(readme):
+        assert (rel / rel_path).is_file(), rel_path
+    nb = json.loads((rel / "notebooks" / "06_flash_attention.ipynb").read_text(encoding="utf-8"))
+    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    assert '"--branch", "release"' in build._src(first)
+    assert nb["metadata"][build.NOTEBOOK_METADATA] == {"notebook": "06_flash_attention"}
+
+
+def test_a_release_folder_is_only_overwritten_when_it_is_one(rel, tmp_path):
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(build.BuildError, match="not empty"):
+        release.write_release(ROOT, tmp_path)
+    assert (tmp_path / "precious.txt").exists()
+    with pytest.raises(build.BuildError, match="outside"):
+        release.write_release(ROOT, ROOT / "release-here")
+
+
+def test_nbval_in_the_release(rel, tmp_path):
+    """The learner notebooks run as in the repository, and a filled-in notebook passes its checks with the
+    references from the bundle (the grader imported is the release's own)."""
+    shutil.copy(ROOT / "solutions" / "01_naive_attention.ipynb", rel / "notebooks" / "01_filled_in.ipynb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FA_COURSE_", "PYTHON"))}
+    env.update(PYTHONPATH=str(rel), FA_COURSE_PROGRESS=str(tmp_path / "progress.json"), MPLBACKEND="Agg",
+               FA_COURSE_BENCH_QUICK="1", FA_COURSE_STATIC_VISUALS="1")
+    where = subprocess.run([sys.executable, "-c", "import grader.notebooks as n; print(n.__file__)"], cwd=rel,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert where.stdout.strip().startswith(str(rel)), where
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
+                          "notebooks"], cwd=rel, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    progress = json.loads((tmp_path / "progress.json").read_text(encoding="utf-8"))
+    assert progress["naive_attention"]["passed"], progress  # the filled-in notebook's check passed in the release
