@@ -11,6 +11,9 @@
 # - the rest of the course's dependencies, read from pyproject.toml ([project] dependencies: numpy, matplotlib,
 #   ipywidgets, tqdm), and setuptools, to install the grader offline: installed when missing.
 # - the grader package: installed editable from this checkout, unless `import grader` already finds this checkout.
+# - pip's index: the one the platform configured (PIP_INDEX_URL or a pip.conf: ModelScope and many machines in
+#   China set a mirror) is used as it is and printed; the script never passes another index, except PyTorch's CPU
+#   index for torch on a machine with no GPU and no index configured.
 # Safe to run twice: a second run installs nothing. Every step prints what it found and what it did.
 #
 # Python is only ever called in two ways, `$PYTHON -c "$probe" COMMAND ARGS...` (questions, answered on stdout)
@@ -58,6 +61,26 @@ elif cmd == "deps":  # the [project] dependencies of pyproject.toml at args[0] b
         deps = re.findall(r"\"([^\"]+)\"", re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, re.M | re.S).group(1))
     names = [re.match(r"[A-Za-z0-9._-]+", d).group(0) for d in deps]
     print(" ".join(n for n in names if n not in ("torch", "triton")))  # each name is also the name of its module
+elif cmd == "pip-index":  # "URL<TAB>WHERE" of the index pip is configured to use; nothing for the default (PyPI)
+    import configparser
+    if os.environ.get("PIP_INDEX_URL"):
+        print(os.environ["PIP_INDEX_URL"] + "\tPIP_INDEX_URL")
+        sys.exit()
+    home = os.path.expanduser("~")
+    files = [os.environ.get("PIP_CONFIG_FILE", ""), os.path.join(sys.prefix, "pip.conf"),
+             os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf"),
+             os.path.join(home, ".pip", "pip.conf"), "/etc/pip.conf", "/etc/xdg/pip/pip.conf"]
+    for f in files:  # the most specific first, as pip lets it override the others
+        conf = configparser.ConfigParser()
+        try:
+            if not f or not conf.read(f):
+                continue
+        except configparser.Error:
+            continue
+        for section in ("install", "global"):
+            if conf.has_option(section, "index-url"):
+                print(conf.get(section, "index-url").strip() + "\t" + f)
+                sys.exit()
 elif cmd == "grader-root":  # the folder `import grader` would load the course from; exit status 1 when none
     spec = importlib.util.find_spec("grader")
     if spec is None or not spec.origin:
@@ -86,9 +109,21 @@ else
 fi
 echo "setting up the FlashAttention course on $platform with $py"
 
+# pip's index: whatever the platform configured (ModelScope and many machines in China set a mirror), never another.
+IFS=$'\t' read -r index index_from <<<"$(ask pip-index)" || true
+if [ -n "${index:-}" ]; then
+  echo "pip index: $index (from $index_from)"
+else
+  echo "pip index: pip's default (PyPI); set PIP_INDEX_URL or a pip.conf to use a mirror"
+fi
+
 # torch: keep whatever is there.
 if [ -z "$(ask missing torch)" ]; then
   echo "torch $(ask version torch): installed, kept as it is"
+elif [ "$(uname -s)" = Linux ] && ! nvidia-smi -L >/dev/null 2>&1 && [ -n "${index:-}" ]; then
+  echo "torch: not installed; no NVIDIA driver here. Installing torch from the configured index (its Linux torch may"
+  echo "  be the large CUDA build; the CPU build is at https://download.pytorch.org/whl/cpu)"
+  pip_install torch torch
 elif [ "$(uname -s)" = Linux ] && ! nvidia-smi -L >/dev/null 2>&1; then
   echo "torch: not installed; no NVIDIA driver here, so the CPU build (the course runs on the Triton interpreter)"
   pip_install torch torch --index-url https://download.pytorch.org/whl/cpu

@@ -49,6 +49,8 @@ REPO = Variable("FA_COURSE_REPO", "git URL a notebook opened on its own clones t
                 "local copy in the tests)", "pyproject.toml's [tool.flash-attention-course] repository")
 LANG = Variable("FA_COURSE_LANG", "language of the grader's reports and messages: en, or zh (zh-CN)",
                 "English, unless grader.setup(lang=...) chose one")
+CLONE_TIMEOUT = Variable("FA_COURSE_CLONE_TIMEOUT", "seconds a notebook opened on its own waits for each git clone "
+                         "(the mirror, then the repository) before it tries the next address", "180")
 PROGRESS = Variable("FA_COURSE_PROGRESS", "JSON file where grader.progress() keeps which exercises pass",
                     "~/.flash_attention_course/progress.json")
 SOLUTIONS = Variable("FA_COURSE_SOLUTIONS", "folder of the instructor notebooks grader.reference() runs",
@@ -70,7 +72,7 @@ CALIBRATION_SEEDS = Variable("FA_COURSE_CALIBRATION_SEEDS", "random seeds per ex
 CALIBRATION_OUT = Variable("FA_COURSE_CALIBRATION_OUT", "JSON-lines file where tests/test_tolerances.py records the "
                            "worst fraction of each tolerance used", "unset: nothing is recorded")
 
-VARIABLES: dict[str, Variable] = {v.name: v for v in (REPO, LANG, PROGRESS, SOLUTIONS, STATIC_VISUALS, BENCH_QUICK,
+VARIABLES: dict[str, Variable] = {v.name: v for v in (REPO, LANG, CLONE_TIMEOUT, PROGRESS, SOLUTIONS, STATIC_VISUALS, BENCH_QUICK,
                                                      SKIP_BROWSER, CHROMIUM, SCREENSHOTS, CALIBRATION_SEEDS,
                                                      CALIBRATION_OUT)}
 

@@ -58,9 +58,11 @@ def _first_code(path: Path) -> str:
 def test_the_url_is_named_once_in_pyproject():
     assert URL and URL.startswith("https://github.com/")
     cell = build.setup_cell(URL)
-    assert f'os.environ.get("{config.REPO.name}", "{URL}")' in cell
+    assert f'os.environ.get("{config.REPO.name}") or "{URL}"' in cell
     assert cell.startswith("# ") and cell.rstrip().endswith("env = grader.bootstrap.start()")
-    assert len(cell.splitlines()) <= 13 and max(map(len, cell.splitlines())) <= 120
+    mirror = build.course_setting(ROOT, "mirror")
+    assert mirror and f'mirror = "{mirror}"' in build.course_setup_cell(ROOT)
+    assert len(cell.splitlines()) <= 32 and max(map(len, build.course_setup_cell(ROOT).splitlines())) <= 120
     compile(cell, "setup cell", "exec")
     for path in [ROOT / "colab_setup.sh", *(ROOT / "grader").rglob("*.py")]:  # rendered and checked elsewhere
         assert URL not in path.read_text(encoding="utf-8"), f"{path.name} names the repository URL"
@@ -268,3 +270,58 @@ def test_a_learner_notebook_runs_from_an_empty_directory(course, tmp_path, monke
     assert "Cloning into" in text and f"grader: installing it from {workdir / course['src'].name}" in text
     assert "FlashAttention in Triton — environment" in text
     assert (workdir / course["src"].name / ".git").is_dir()
+
+
+# ---- ModelScope: the mirror first, with a time limit, then the repository ------------------------------------
+
+def _modelscope_env(course, tmp_path, **extra):
+    env = {k: v for k, v in course["env"].items() if k != config.REPO.name}
+    return {**env, "MODELSCOPE_ENVIRONMENT": "dsw", "FAKE_LOG": str(tmp_path / "pip.jsonl"), **extra}
+
+
+@needs_git
+def test_on_modelscope_the_mirror_is_cloned_first(course, tmp_path):
+    cell = build.setup_cell(f"file://{tmp_path / 'github-unreachable.git'}", mirror=f"file://{course['src']}")
+    r = _run_cell(cell, tmp_path, _modelscope_env(course, tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "could not clone" not in r.stdout
+    assert f"GRADER FROM {tmp_path / 'github-unreachable' / 'grader' / '__init__.py'}" in r.stdout
+
+
+@needs_git
+def test_on_modelscope_a_mirror_that_is_down_falls_back_to_the_repository(course, tmp_path):
+    down = f"file://{tmp_path / 'mirror-down.git'}"
+    cell = build.setup_cell(f"file://{course['src']}", mirror=down)
+    r = _run_cell(cell, tmp_path, _modelscope_env(course, tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("could not clone"))
+    assert line.startswith(f"could not clone {down}: ") and line.endswith("; trying the next address"), line
+    assert f"GRADER FROM {tmp_path / course['src'].name / 'grader' / '__init__.py'}" in r.stdout
+
+
+@needs_git
+def test_a_mirror_that_hangs_is_given_up_after_the_time_limit(course, tmp_path):
+    """A git that never answers for the mirror: the cell waits FA_COURSE_CLONE_TIMEOUT seconds, says so in one
+    line, and clones the repository."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real_git = shutil.which("git")
+    (bin_dir / "git").write_text(f'#!/bin/sh\ncase "$*" in *hanging-mirror*) exec sleep 600 ;; esac\n'
+                                 f'exec {real_git} "$@"\n')
+    (bin_dir / "git").chmod(0o755)
+    cell = build.setup_cell(f"file://{course['src']}", mirror="https://hanging-mirror.example/course.git")
+    env = _modelscope_env(course, tmp_path, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                          **{config.CLONE_TIMEOUT.name: "3"})
+    r = _run_cell(cell, tmp_path, env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "could not clone https://hanging-mirror.example/course.git: no answer in 3 s; trying the next address" \
+        in r.stdout
+    assert f"GRADER FROM {tmp_path / course['src'].name}" in r.stdout
+
+
+@needs_git
+def test_off_modelscope_the_mirror_is_not_tried(course, tmp_path):
+    cell = build.setup_cell(f"file://{course['src']}", mirror=f"file://{tmp_path / 'mirror-down.git'}")
+    env = {k: v for k, v in _modelscope_env(course, tmp_path).items() if k != "MODELSCOPE_ENVIRONMENT"}
+    r = _run_cell(cell, tmp_path, env)
+    assert r.returncode == 0 and "could not clone" not in r.stdout, r.stdout + r.stderr

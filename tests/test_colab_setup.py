@@ -52,6 +52,11 @@ FAKE_PYTHON = textwrap.dedent("""\
                 print("triton", state["pin"])
         elif cmd == "deps":  # pyproject.toml's list, as the real probe reads it (test_probes_on_the_real_interpreter)
             print(" ".join(state.get("deps", ["numpy", "matplotlib", "ipywidgets", "tqdm"])))
+        elif cmd == "pip-index":  # the real probe's answer is tested in test_the_pip_index_probe
+            if state.get("pip_index"):
+                print(state["pip_index"])
+            elif os.environ.get("PIP_INDEX_URL"):
+                print(os.environ["PIP_INDEX_URL"] + "\tPIP_INDEX_URL")
         elif cmd == "grader-root":
             if not state.get("grader_root"):
                 sys.exit(1)
@@ -204,6 +209,53 @@ def test_modelscope_without_triton_gets_the_version_torch_pins(machine):
     assert m.installs(calls) == []
     assert "triton 3.6.0: installed, kept as it is (the version torch pins)" in out
     assert "nothing changed" in out
+
+
+MIRROR_INDEX = "https://mirrors.aliyun.com/pypi/simple/"
+
+
+def test_modelscope_uses_the_index_the_platform_configured_and_says_so(machine):
+    m = machine({"MODELSCOPE_ENVIRONMENT": "dsw", "PIP_INDEX_URL": MIRROR_INDEX},
+                modules=["torch", "numpy", "matplotlib", "tqdm", "setuptools"], versions={"torch": CUDA_TORCH},
+                pin="3.6.0")
+    out, calls = m.run()
+    assert f"pip index: {MIRROR_INDEX} (from PIP_INDEX_URL)" in out
+    assert m.installs(calls) == [["triton==3.6.0"], ["ipywidgets"], GRADER_INSTALL]  # no --index-url of its own
+
+
+def test_without_an_index_configured_pips_default_is_named(machine):
+    m = machine(modules=list(ALL_DEPS), versions={"torch": CUDA_TORCH, "triton": "3.6.0"}, pin="3.6.0",
+                grader_root=str(ROOT))
+    out, _ = m.run()
+    assert "pip index: pip's default (PyPI)" in out
+
+
+def test_a_configured_index_is_never_replaced_by_pytorchs(machine):
+    """No torch, no GPU, a mirror in pip.conf: torch comes from the mirror, not from download.pytorch.org."""
+    m = machine(gpu=False, modules=[], versions={}, pip_index=f"{MIRROR_INDEX}\t/etc/pip.conf")
+    out, calls = m.run()
+    assert f"pip index: {MIRROR_INDEX} (from /etc/pip.conf)" in out
+    assert m.installs(calls)[0] == ["torch"]
+    assert not any("--index-url" in args for args in m.installs(calls))
+    assert "may" in out and "CUDA build" in out  # it says what that can cost
+
+
+def test_the_pip_index_probe(tmp_path):
+    """The real probe: PIP_INDEX_URL first, then a pip.conf's [install] or [global] index-url, else nothing."""
+    probe = _probe_code()
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = {MIRROR_INDEX}\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    home = tmp_path / "home"
+    home.mkdir()
+    ask = lambda env: subprocess.run([sys.executable, "-c", probe, "pip-index"], env={**base, "HOME": str(home),
+                                     **env}, capture_output=True, text=True, timeout=60).stdout.strip()
+    assert ask({"PIP_CONFIG_FILE": str(conf)}) == f"{MIRROR_INDEX}\t{conf}"
+    assert ask({"PIP_CONFIG_FILE": str(conf), "PIP_INDEX_URL": "https://x.example/simple"}) == \
+        "https://x.example/simple\tPIP_INDEX_URL"
+    (home / ".pip").mkdir()
+    (home / ".pip" / "pip.conf").write_text("[install]\nindex-url = https://y.example/simple\n")
+    assert ask({}).startswith("https://y.example/simple\t")
 
 
 def test_a_mismatched_pair_is_reported_with_the_fix_and_left_alone(machine):

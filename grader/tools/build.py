@@ -46,18 +46,37 @@ class BuildError(Exception):
 
 PYPROJECT_TABLE = "flash-attention-course"  # [tool.flash-attention-course] in pyproject.toml
 PLACEHOLDER = "https://github.com/OWNER/"  # the repository URL until the course's public address is settled
+MIRROR_PLACEHOLDER = "https://gitee.com/OWNER/flash-attention-course"
 # Only what must run before the grader can be imported lives here; grader/bootstrap.py does the rest.
 SETUP_CELL = """\
 # Setup. Where the course is not installed (this notebook opened on its own, e.g. on Colab), use the checkout this
-# notebook is in or clone one here; grader/bootstrap.py then installs what is missing and checks the machine.
-import importlib.util, os, subprocess, sys
-course = os.path.abspath(next((p for p in ("..", "../..") if os.path.isfile(f"{p}/colab_setup.sh")), "@NAME@"))
+# notebook is in or clone one here (on ModelScope from the mirror first); grader/bootstrap.py then installs what is
+# missing and checks the machine.
+import importlib.util, os, shutil, subprocess, sys
+checkout = [p for p in ("..", "../..") if os.path.isfile(f"{p}/colab_setup.sh")]  # notebooks/ or notebooks/zh/
+course = os.path.abspath(checkout[0] if checkout else "@NAME@")
 if importlib.util.find_spec("grader") is None and not os.path.isdir(course):  # neither installed nor fetched yet
-    repo = os.environ.get("@ENV@", "@REPOSITORY@")
-    if repo.startswith("@PLACEHOLDER@"):
+    repo = os.environ.get("@ENV@") or "@REPOSITORY@"
+    wait = int(os.environ.get("@WAIT@") or 180)  # seconds per address
+    mirror = "@MIRROR@"  # tried first on ModelScope (GitHub is slow from China)
+    modelscope = os.environ.get("MODELSCOPE_ENVIRONMENT") or os.path.isdir("/mnt/workspace")
+    repos = [mirror] if modelscope and not os.environ.get("@ENV@") else []
+    repos = [r for r in repos + [repo] if "/OWNER/" not in r]  # addresses still at their placeholder are skipped
+    if not repos:
         sys.exit(f"{repo} is a placeholder, not the course's address: set @ENV@ to the course's git URL "
                  "or install the course (pip install -e . in a checkout), then run this cell again.")
-    print(subprocess.run(["git", "clone", "--depth", "1", repo, course], capture_output=True, text=True).stderr)
+    for repo in repos:
+        try:
+            git = subprocess.run(["git", "clone", "--depth", "1", repo, course], capture_output=True, text=True,
+                                 timeout=wait)
+            why = (git.stderr.strip().splitlines() or ["git failed"])[-1] if git.returncode else None
+        except subprocess.TimeoutExpired:
+            why = f"no answer in {wait} s"
+        if why is None:
+            print(git.stderr)
+            break
+        shutil.rmtree(course, ignore_errors=True)
+        print(f"could not clone {repo}: {why}" + ("; trying the next address" if repo != repos[-1] else ""))
 sys.path.append(course)  # a running kernel does not see a new install
 import grader.bootstrap
 env = grader.bootstrap.start()"""
@@ -90,12 +109,13 @@ def repository_url(root: Path) -> str | None:
     return url
 
 
-def setup_cell(repository: str, branch: str | None = None) -> str:
+def setup_cell(repository: str, branch: str | None = None, mirror: str | None = None) -> str:
     """The source of the first code cell of every notebook; it clones `repository` (at `branch`: the learner
-    release's cells) into a folder of its name."""
+    release's cells) into a folder of its name, on ModelScope trying `mirror` first."""
     name = repository.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
     cell = (SETUP_CELL.replace("@ENV@", config.REPO.name).replace("@REPOSITORY@", repository)
-            .replace("@NAME@", name).replace("@PLACEHOLDER@", PLACEHOLDER))
+            .replace("@NAME@", name).replace("@MIRROR@", mirror or MIRROR_PLACEHOLDER)
+            .replace("@WAIT@", config.CLONE_TIMEOUT.name))
     if branch:
         clone = '"--depth", "1", repo'
         if clone not in cell:
@@ -129,6 +149,12 @@ def _first_code_cell(nb: dict, where: str) -> dict:
         if cell.get("cell_type") == "code":
             return cell
     raise BuildError(f"{where}: no code cell (the first one must be the setup cell)")
+
+
+def course_setup_cell(root: Path, branch: str | None = None) -> str | None:
+    """The setup cell rendered from root/pyproject.toml's repository and mirror (None: no pyproject.toml)."""
+    url = repository_url(root)
+    return setup_cell(url, branch, course_setting(root, "mirror")) if url else None
 
 
 def has_setup_cell(nb: dict, where: str, expected: str) -> bool:
@@ -299,8 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"release written to {args.release} ({len(files)} files; no solutions)")
         return 0
     try:
-        url = repository_url(args.root)
-        setup = setup_cell(url) if url else None
+        setup = course_setup_cell(args.root)
         if args.sync_setup_cells is not None:
             if setup is None:
                 raise BuildError(f"{args.root / 'pyproject.toml'} not found: no repository URL to render the cell")

@@ -59,9 +59,8 @@ def write_release(root: Path, dest: Path) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     branch = release_branch(root)
     url = build.repository_url(root)
-    setup = build.setup_cell(url) if url else None
-    notebooks = build.build(root / "solutions", dest / "notebooks", setup,
-                            release_setup=build.setup_cell(url, branch) if url else None)
+    notebooks = build.build(root / "solutions", dest / "notebooks", build.course_setup_cell(root),
+                            release_setup=build.course_setup_cell(root, branch))
     written: list[Path] = []
     for path, text in notebooks.items():
         path.parent.mkdir(parents=True, exist_ok=True)
