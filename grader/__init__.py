@@ -5,7 +5,8 @@
     grader.check("naive_attention", naive_attention)   # grade your function, print a report
     grader.benchmark("flash_attention", flash_attention)  # time it against the reference and PyTorch (GPU)
     grader.progress()                             # which exercises pass
-    grader.reference("flash_attention")           # the instructor's implementation
+    grader.reference("flash_attention")           # the instructor's implementation (to call, not to read)
+    grader.solution("flash_attention")            # the reference answer explained, once you have attempted it
     grader.load_notebook("06_flash_attention")    # functions from the export cells of another notebook
 """
 
@@ -14,7 +15,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from .messages import catalogue
+
 if TYPE_CHECKING:
+    from .answers import solution
     from .benchmarks import benchmark
     from .checking import check
     from .environment import Environment
@@ -23,14 +27,19 @@ if TYPE_CHECKING:
     from .results import CheckResult
     from .tolerances import TOLERANCES
 
-__all__ = ["setup", "check", "benchmark", "progress", "reference", "load_notebook", "EXERCISES",
+__all__ = ["setup", "check", "benchmark", "progress", "reference", "solution", "load_notebook", "EXERCISES",
            "Environment", "CheckResult", "TOLERANCES"]
 __version__ = "0.1.0"
+
+_T = catalogue("grader", {
+    "banner": ("FlashAttention in Triton — environment", "FlashAttention in Triton — 运行环境"),
+    "no_attribute": ("module 'grader' has no attribute {name}", "模块 'grader' 没有属性 {name}"),
+})
 
 # Imported on first use, so that torch-free tools (python -m grader.tools.build) run without torch installed.
 _LAZY = {"benchmark": "benchmarks", "check": "checking", "CheckResult": "results", "Environment": "environment",
          "EXERCISES": "exercises", "load_notebook": "notebooks", "reference": "notebooks",
-         "TOLERANCES": "tolerances"}
+         "TOLERANCES": "tolerances", "solution": "answers"}
 
 
 def __getattr__(name: str):
@@ -38,7 +47,7 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'grader' has no attribute {name!r}")
+    raise AttributeError(_T("no_attribute", name=repr(name)))
 
 
 def setup(quiet: bool = False, lang: str | None = None) -> Environment:
@@ -54,7 +63,7 @@ def setup(quiet: bool = False, lang: str | None = None) -> Environment:
         set_language(lang)
     env = detect()
     if not quiet:
-        print("FlashAttention in Triton — environment")
+        print(_T("banner"))
         print(env.table())
     return env
 

@@ -27,6 +27,45 @@ from typing import Any
 import torch
 
 from . import config, environment
+from .messages import Text, catalogue
+
+T = catalogue("benchmarks", {
+    # ---- what the x axis sweeps, and the fixed sizes
+    "seq_len": ("sequence length N", "序列长度 N"),
+    "elements": ("elements", "元素个数"),
+    "row_length": ("row length N (4096 rows)", "行长度 N（共 4096 行）"),
+    "seq_len_one_head": ("sequence length N (one head)", "序列长度 N（单头）"),
+    "one_head": ("one head, D=64", "单头，D=64"),
+    "backward_only": ("B=4, H=32, D=128, backward only: 2.5× the forward's FLOPs",
+                      "B=4, H=32, D=128，只测反向：FLOPs 按前向的 2.5 倍计"),
+    # ---- the providers, as shown (their names stay the keys of the rows)
+    "yours": ("yours", "你的实现"),
+    "reference": ("reference", "参考实现"),
+    "naive": ("naive PyTorch", "朴素 PyTorch"),
+    "torch_add": ("torch add", "torch 加法"),
+    "sdpa_backward_cudnn": ("SDPA backward (cuDNN)", "SDPA 反向（cuDNN）"),
+    "sdpa_backward_flash": ("SDPA backward (FLASH)", "SDPA 反向（FLASH）"),
+    # ---- the table, the plot
+    "table_title": ("{exercise}: {unit} (ms, peak extra MiB) on {environment}",
+                    "{exercise}：{unit}（ms，峰值额外显存 MiB），运行环境：{environment}"),
+    "size": ("size", "规模"),
+    "out_of_memory": ("out of memory", "显存不足"),
+    "progress": ("benchmark", "基准测试"),
+    "higher_is_better": ("{unit} (higher is better)", "{unit}（越高越好）"),
+    "peak_memory_log": ("peak extra memory, MiB (log)", "峰值额外显存，MiB（对数坐标）"),
+    "causal": ("causal", "因果"),
+    "title_env": ("{env} · driver {driver} · torch {torch} · triton {triton}",
+                  "{env} · 驱动 {driver} · torch {torch} · triton {triton}"),
+    # ---- grader.benchmark says
+    "no_benchmark": ("{exercise} has no benchmark: it is about correctness, not speed.",
+                     "{exercise} 没有基准测试：这个练习考的是正确性，不是速度。"),
+    "interpreter": ("benchmark skipped: running on the {env}. The interpreter executes kernels one program at a time "
+                    "in NumPy, so its timings say nothing about a GPU. Run this notebook on a GPU to see the plot.",
+                    "跳过基准测试：当前运行在 {env} 上。解释器用 NumPy 一次只执行一个 program，它的耗时说明不了 GPU "
+                    "上的性能。在 GPU 上运行这个 notebook 才能看到图。"),
+    "no_reference": ("(reference solution unavailable: {error})", "（参考实现不可用：{error}）"),
+    "provider_failed": ("  {provider}: {why}", "  {provider}：{why}"),
+})
 
 Inputs = tuple[tuple, dict]
 
@@ -123,13 +162,13 @@ def sdpa_backward(backend: str | None = None) -> Callable[..., Any]:
 # ============================================================================================ grader.benchmark
 @dataclass(frozen=True)
 class BenchSpec:
-    xlabel: str
+    xlabel: Text | str  # a Text where it has words: rendered in the plot's language
     sizes: tuple[int, ...]
     make: Callable[[int, torch.dtype, str, bool], Inputs]  # (size, dtype, device, causal) -> (args, kwargs)
     work: Callable[[int, bool], float] | None = None  # FLOPs (or bytes when unit is GB/s) per call
     unit: str = "TFLOP/s"
     baselines: tuple[str, ...] = ()
-    describe: str = ""
+    describe: Text | str = ""
 
 
 BASELINES: dict[str, Callable[..., Any]] = {
@@ -141,6 +180,21 @@ BASELINES: dict[str, Callable[..., Any]] = {
     "SDPA backward (cuDNN)": sdpa_backward("CUDNN_ATTENTION"),
     "SDPA backward (FLASH)": sdpa_backward("FLASH_ATTENTION"),
 }
+
+#: provider names (the rows' keys, English) -> how the table and the plot show them
+PROVIDER_LABELS: dict[str, Text] = {
+    "yours": T.later("yours"),
+    "reference": T.later("reference"),
+    "naive PyTorch": T.later("naive"),
+    "torch add": T.later("torch_add"),
+    "SDPA backward (cuDNN)": T.later("sdpa_backward_cudnn"),
+    "SDPA backward (FLASH)": T.later("sdpa_backward_flash"),
+}
+
+
+def provider_label(name: str, say: Callable[[Text | str], str] = str) -> str:
+    """A provider as shown; `say` renders a Text (a figure's PlotText.text: in the figure's language)."""
+    return say(PROVIDER_LABELS.get(name, name))
 
 
 def _attn_inputs(B, H, D, style="4d"):
@@ -162,37 +216,37 @@ def _attn_flops(B, H, D):
 
 
 SPECS: dict[str, BenchSpec] = {
-    "naive_attention": BenchSpec("sequence length N", (256, 512, 1024, 2048, 4096, 8192),
+    "naive_attention": BenchSpec(T.later("seq_len"), (256, 512, 1024, 2048, 4096, 8192),
                                  _attn_inputs(2, 16, 64, "naive"), _attn_flops(2, 16, 64),
                                  baselines=("SDPA (PyTorch)",), describe="B=2, H=16, D=64"),
-    "tiled_attention": BenchSpec("sequence length N", (256, 512, 1024, 2048, 4096),
+    "tiled_attention": BenchSpec(T.later("seq_len"), (256, 512, 1024, 2048, 4096),
                                  _attn_inputs(2, 16, 64, "tiled"), _attn_flops(2, 16, 64),
                                  baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="B=2, H=16, D=64"),
-    "vector_add": BenchSpec("elements", tuple(2 ** i for i in range(12, 27, 2)),
+    "vector_add": BenchSpec(T.later("elements"), tuple(2 ** i for i in range(12, 27, 2)),
                             lambda n, dt, dev, c: ((torch.randn(n, dtype=dt, device=dev),
                                                     torch.randn(n, dtype=dt, device=dev)), {}),
                             lambda n, c: 3.0 * n * 2, unit="GB/s", baselines=("torch add",)),
-    "row_softmax": BenchSpec("row length N (4096 rows)", (256, 512, 1024, 2048, 4096, 8192, 16384),
+    "row_softmax": BenchSpec(T.later("row_length"), (256, 512, 1024, 2048, 4096, 8192, 16384),
                              lambda n, dt, dev, c: ((torch.randn(4096, n, dtype=dt, device=dev),), {}),
                              lambda n, c: 2.0 * 4096 * n * 2, unit="GB/s", baselines=("torch.softmax",)),
     "tiled_matmul": BenchSpec("M = N = K", (256, 512, 1024, 2048, 4096),
                               lambda n, dt, dev, c: ((torch.randn(n, n, dtype=dt, device=dev),
                                                       torch.randn(n, n, dtype=dt, device=dev)), {}),
                               lambda n, c: 2.0 * n ** 3, baselines=("torch.matmul",)),
-    "flash_attention_2d": BenchSpec("sequence length N (one head)", (512, 1024, 2048, 4096, 8192, 16384),
+    "flash_attention_2d": BenchSpec(T.later("seq_len_one_head"), (512, 1024, 2048, 4096, 8192, 16384),
                                     _attn_inputs(1, 1, 64, "2d"), _attn_flops(1, 1, 64),
-                                    baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="one head, D=64"),
-    "flash_attention": BenchSpec("sequence length N", (512, 1024, 2048, 4096, 8192),
+                                    baselines=("naive PyTorch", "SDPA (PyTorch)"), describe=T.later("one_head")),
+    "flash_attention": BenchSpec(T.later("seq_len"), (512, 1024, 2048, 4096, 8192),
                                  _attn_inputs(4, 16, 64), _attn_flops(4, 16, 64),
                                  baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="B=4, H=16, D=64"),
-    "flash_attention_fast": BenchSpec("sequence length N", (1024, 2048, 4096, 8192, 16384),
+    "flash_attention_fast": BenchSpec(T.later("seq_len"), (1024, 2048, 4096, 8192, 16384),
                                       _attn_inputs(4, 32, 128), _attn_flops(4, 32, 128),
                                       baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="B=4, H=32, D=128"),
-    "flash_attention_backward": BenchSpec("sequence length N", (1024, 2048, 4096, 8192),
+    "flash_attention_backward": BenchSpec(T.later("seq_len"), (1024, 2048, 4096, 8192),
                                           lambda n, dt, dev, c: _backward_inputs(4, 32, 128, n, dt, dev, c),
                                           lambda n, c: 2.5 * attention_flops(4, 32, n, n, 128, c),
                                           baselines=("SDPA backward (cuDNN)", "SDPA backward (FLASH)"),
-                                          describe="B=4, H=32, D=128, backward only: 2.5× the forward's FLOPs"),
+                                          describe=T.later("backward_only")),
 }
 
 
@@ -217,14 +271,14 @@ class BenchmarkResult:
         providers = list(dict.fromkeys(r["provider"] for r in self.rows))
         sizes = list(dict.fromkeys(r["size"] for r in self.rows))
         by = {(r["provider"], r["size"]): r for r in self.rows}
-        head = f"{'size':>8}  " + "  ".join(f"{p[:22]:>22}" for p in providers)
-        lines = [f"{self.exercise}: {self.unit} (ms, peak extra MiB) on {self.environment}", head]
+        head = _rjust(T("size"), 8) + "  " + "  ".join(_rjust(provider_label(p)[:22], 22) for p in providers)
+        lines = [T("table_title", exercise=self.exercise, unit=self.unit, environment=self.environment), head]
         for s in sizes:
             cells = []
             for p in providers:
                 r = by.get((p, s))
                 if r is None or r.get("error"):
-                    cells.append(f"{(r or {}).get('error', '-')[:22]:>22}")
+                    cells.append(_rjust((r or {}).get("error", "-")[:22], 22))
                 else:
                     cells.append(f"{r['rate']:7.1f} ({r['ms']:.3f}, {r['mem_mib']:.0f})".rjust(22))
             lines.append(f"{s:>8}  " + "  ".join(cells))
@@ -232,6 +286,13 @@ class BenchmarkResult:
 
     def __repr__(self) -> str:
         return self.table()
+
+
+def _rjust(text: str, n: int) -> str:
+    """str.rjust by terminal columns (a Chinese character takes two: reports.width)."""
+    from .reports import width
+
+    return " " * max(n - width(text), 0) + text
 
 
 def measure(providers: dict[str, Callable], spec: BenchSpec, *, sizes=None, dtype=torch.float16, causal=False,
@@ -242,7 +303,7 @@ def measure(providers: dict[str, Callable], spec: BenchSpec, *, sizes=None, dtyp
     if config.BENCH_QUICK.enabled():  # test runs: the two smallest sizes prove the plumbing
         sizes = sizes[:2]
     rows = []
-    bar = tqdm(total=len(sizes) * len(providers), disable=not progress, desc="benchmark")
+    bar = tqdm(total=len(sizes) * len(providers), disable=not progress, desc=T("progress"))
     for n in sizes:
         for name, fn in providers.items():
             row = {"provider": name, "size": n}
@@ -254,7 +315,7 @@ def measure(providers: dict[str, Callable], spec: BenchSpec, *, sizes=None, dtyp
                 work = spec.work(n, causal) if spec.work else None
                 row["rate"] = throughput(work, ms, spec.unit) if work else float("nan")
             except torch.cuda.OutOfMemoryError:
-                row["error"] = "out of memory"
+                row["error"] = T("out_of_memory")
             except Exception as e:  # noqa: BLE001 - one provider failing must not stop the others
                 row["error"] = f"{type(e).__name__}"
                 row["detail"] = str(e)[:300]
@@ -267,27 +328,34 @@ def measure(providers: dict[str, Callable], spec: BenchSpec, *, sizes=None, dtyp
     return rows
 
 
-def plot(result: BenchmarkResult, title: str, xlabel: str):
+def plot(result: BenchmarkResult, title: str, xlabel: Text | str, pt=None):
+    """The plot of a result: throughput and peak extra memory against size. pt: the figure's visuals.PlotText
+    (its language and fonts; default: visuals.plot_text(), Chinese where a CJK font is installed)."""
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
-    for p in dict.fromkeys(r["provider"] for r in result.rows):
-        pts = [(r["size"], r["rate"], r["mem_mib"]) for r in result.rows if r["provider"] == p and "ms" in r]
-        if not pts:
-            continue
-        xs, rates, mems = zip(*pts)
-        ax1.plot(xs, rates, marker="o", label=p)
-        ax2.plot(xs, [max(m, 1e-3) for m in mems], marker="o", label=p)
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel(xlabel)
-        ax.grid(True, alpha=0.3)
-    ax1.set_ylabel(result.unit + " (higher is better)")
-    ax2.set_ylabel("peak extra memory, MiB (log)")
-    ax2.set_yscale("log")
-    ax1.legend()
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    from .visuals import figure_fonts, plot_text
+
+    pt = pt or plot_text()
+    with figure_fonts(pt):
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+        for p in dict.fromkeys(r["provider"] for r in result.rows):
+            pts = [(r["size"], r["rate"], r["mem_mib"]) for r in result.rows if r["provider"] == p and "ms" in r]
+            if not pts:
+                continue
+            xs, rates, mems = zip(*pts)
+            label = provider_label(p, pt.text)
+            ax1.plot(xs, rates, marker="o", label=label)
+            ax2.plot(xs, [max(m, 1e-3) for m in mems], marker="o", label=label)
+        for ax in (ax1, ax2):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(pt.text(xlabel))
+            ax.grid(True, alpha=0.3)
+        ax1.set_ylabel(pt(T, "higher_is_better", unit=result.unit))
+        ax2.set_ylabel(pt(T, "peak_memory_log"))
+        ax2.set_yscale("log")
+        ax1.legend()
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
     return fig
 
 
@@ -301,11 +369,10 @@ def benchmark(exercise_id: str, fn: Callable, *, sizes=None, dtype: torch.dtype 
     ex = get(exercise_id)
     spec = SPECS.get(ex.id)
     if spec is None:
-        print(f"{ex.id} has no benchmark: it is about correctness, not speed.")
+        print(T("no_benchmark", exercise=ex.id))
         return None
     if env.interpreter:
-        print(f"benchmark skipped: running on the {env.label}. The interpreter executes kernels one program at a "
-              "time in NumPy, so its timings say nothing about a GPU. Run this notebook on a GPU to see the plot.")
+        print(T("interpreter", env=env.label))
         return None
     if dtype == torch.bfloat16 and not env.supports_bf16:
         dtype = torch.float16
@@ -313,20 +380,27 @@ def benchmark(exercise_id: str, fn: Callable, *, sizes=None, dtype: torch.dtype 
     try:
         providers["reference"] = reference(ex.id)
     except Exception as e:  # noqa: BLE001 - the learner's timing is still worth showing
-        print(f"(reference solution unavailable: {e})")
+        print(T("no_reference", error=e))
     for b in spec.baselines:
         providers[b] = BASELINES[b]
     rows = measure(providers, spec, sizes=sizes, dtype=dtype, causal=causal)
     import triton
 
     result = BenchmarkResult(ex.id, spec.unit, env.label, rows)
-    title = (f"{ex.id} · {str(dtype).replace('torch.', '')}{' · causal' if causal else ''}"
-             f"{' · ' + spec.describe if spec.describe else ''}\n{env.label} · driver {env.driver} · "
-             f"torch {torch.__version__} · triton {triton.__version__}")
     if show:
-        result.figure = plot(result, title, spec.xlabel)
+        from .visuals import plot_text
+
+        pt = plot_text()  # the plot's language: Chinese only where a CJK font can draw it
+        parts = [ex.id, str(dtype).replace("torch.", "")]
+        if causal:
+            parts.append(pt(T, "causal"))
+        if spec.describe:
+            parts.append(pt.text(spec.describe))
+        title = " · ".join(parts) + "\n" + pt(T, "title_env", env=env.label, driver=env.driver,
+                                              torch=torch.__version__, triton=triton.__version__)
+        result.figure = plot(result, title, spec.xlabel, pt)
         print(result.table())
         failed = {r["provider"]: r.get("detail", r["error"]) for r in rows if r.get("error")}
         for p, why in failed.items():
-            print(f"  {p}: {why}")
+            print(T("provider_failed", provider=provider_label(p), why=why))
     return result

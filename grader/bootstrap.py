@@ -15,8 +15,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .messages import catalogue
+
 if TYPE_CHECKING:
     from .environment import Environment
+
+T = catalogue("bootstrap", {
+    "setup_failed": ("{script} failed (exit status {status}); its output is above",
+                     "{script} 运行失败（退出码 {status}）；它的输出就在上面"),
+})
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,7 +45,7 @@ def run_setup_script(root: Path = ROOT) -> None:
     for line in proc.stdout:
         print(line, end="", flush=True)
     if proc.wait():
-        raise RuntimeError(f"{root / 'colab_setup.sh'} failed (exit status {proc.returncode}); its output is above")
+        raise RuntimeError(T("setup_failed", script=root / "colab_setup.sh", status=proc.returncode))
     importlib.invalidate_caches()  # what it installed becomes importable in this running kernel
 
 

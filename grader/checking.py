@@ -13,10 +13,43 @@ from typing import Any
 
 import torch
 
-from . import environment, exercises, notebooks, reports, store
+from . import environment, exercises, messages, notebooks, reports, safety, store
 from .exercises.base import Case, Exercise, fmt_dtype
+from .messages import catalogue
 from .results import CaseResult, CheckResult
 from .safety import Outcome, run_learner
+
+T = catalogue("checking", {
+    "bad_seed": ("seed must be an integer from 0 to 2**63 - 1 (a report prints the one to replay), got {seed}",
+                 "seed 必须是 0 到 2**63 - 1 之间的整数（报告里会打印可用于复现的那个），传入的是 {seed}"),
+    "expected_raise_got_value": ("expected a {want} (these arguments are invalid), but the function returned a {got}",
+                                 "这组参数不合法，应当抛出 {want}，但函数返回了一个 {got}"),
+    "expected_raise_got_other": ("expected a {want}, got {got}", "应当抛出 {want}，实际得到的是 {got}"),
+    "vague_error": ("raised {want}({message}), which does not say what is wrong: name the argument ({names}) and "
+                    "what was expected",
+                    "抛出了 {want}({message})，但没说清哪里不对：请在报错信息里写明是哪个参数（{names}）、"
+                    "期望的是什么"),
+    "timeout_reference": (" (the reference solution takes {ref:.2g} s on this case; the budget is {factor:g}× that, "
+                          "at least {floor:g} s)",
+                          "（参考实现在这个用例上用时 {ref:.2g} s；时间预算是它的 {factor:g} 倍，"
+                          "且不少于 {floor:g} s）"),
+    "no_kernel": ("no Triton kernel ran: this exercise asks for a kernel, and your function returned its result "
+                  "without launching any @triton.jit function",
+                  "没有任何 Triton kernel 运行：这个练习要求写一个 kernel，而你的函数没有启动任何 @triton.jit "
+                  "函数就返回了结果"),
+    "oob_write": ("out-of-bounds write: {what} (a store without a mask?)",
+                  "越界写：{what}（是不是有 store 没加 mask？）"),
+    "mutated": ("the input `{name}` was modified in place; an exercise function must leave its inputs untouched",
+                "输入 `{name}` 被原地修改了；练习函数不能改动它的输入"),
+    "not_run": ("not run: an earlier case ran past its time budget", "未运行：前面有用例超出了时间预算"),
+    "cuda_stop": ("stopped after a CUDA error: the GPU context cannot run more cases",
+                  "出现 CUDA 错误后停止：GPU 上下文已无法再运行后续用例"),
+    "not_callable": ("grader.check expects the function {signature}, got {got}",
+                     "grader.check 需要传入函数 {signature}，传入的却是 {got}"),
+    "kept": ("your passing code is kept in {path} (later notebooks grade it from there)",
+             "你通过的代码已保存到 {path}（后面的 notebook 会从那里读取并评测）"),
+})
+messages.case_names({"argument": "参数"})  # the one case grader.check makes itself (fn is not callable)
 
 #: a case's time budget is this multiple of the reference solution's time on it, and at least floor_s()
 BUDGET_FACTOR = 25.0
@@ -32,8 +65,7 @@ def _seed(seed: Any) -> int:
     if seed is None:
         return int.from_bytes(os.urandom(4), "little")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 63:
-        raise ValueError(f"seed must be an integer from 0 to 2**63 - 1 (a report prints the one to replay), "
-                         f"got {seed!r}")
+        raise ValueError(T("bad_seed", seed=repr(seed)))
     return seed
 
 
@@ -97,15 +129,15 @@ def _judge_raises(outcome, case: Case, res: CaseResult) -> bool:
     want = case.raises.__name__
     if outcome.kind == "ok":
         got = type(outcome.value).__name__
-        res.problems.append(f"expected a {want} (these arguments are invalid), but the function returned a {got}")
+        res.problems.append(T("expected_raise_got_value", want=want, got=got))
         return False
     if not isinstance(outcome.error, case.raises):
-        res.problems.append(f"expected a {want}, got {outcome.message.removeprefix('your function raised ')}")
+        got = outcome.message.removeprefix(safety.raised_prefix())
+        res.problems.append(T("expected_raise_got_other", want=want, got=got))
         return False
     message = str(outcome.error)
     if case.mentions and not _mentions(message, case.mentions):
-        res.problems.append(f"raised {want}({message!r}), which does not say what is wrong: name the argument "
-                            f"({' / '.join(case.mentions)}) and what was expected")
+        res.problems.append(T("vague_error", want=want, message=repr(message), names=" / ".join(case.mentions)))
         return False
     return True
 
@@ -128,21 +160,18 @@ def _run_case(ex: Exercise, runner: Runner, case: Case, index: int, env, referen
         message = outcome.message
         if outcome.kind == "timeout" and ref_s is not None:
             floor = floor_s(ex, env)
-            message += (f" (the reference solution takes {ref_s:.2g} s on this case; the budget is "
-                        f"{BUDGET_FACTOR:g}× that, at least {floor:g} s)")
+            message += T("timeout_reference", ref=ref_s, factor=BUDGET_FACTOR, floor=floor)
         res.problems.append(message)
     elif ex.triton and outcome.launches == 0:
-        res.problems.append("no Triton kernel ran: this exercise asks for a kernel, and your function returned its "
-                            "result without launching any @triton.jit function")
+        res.problems.append(T("no_kernel"))
     elif ex.judge(outcome.value, case, res, env.device):
         res.status = "PASS"
     for w in outcome.guard_writes:
         res.status = "FAIL" if res.status == "PASS" else res.status
-        res.problems.append(f"out-of-bounds write: {w} (a store without a mask?)")
+        res.problems.append(T("oob_write", what=w))
     for name in outcome.mutated:
         res.status = "FAIL" if res.status == "PASS" else res.status
-        res.problems.append(f"the input `{name}` was modified in place; an exercise function must leave its "
-                            "inputs untouched")
+        res.problems.append(T("mutated", name=name))
     return res, outcome.kind
 
 
@@ -153,7 +182,7 @@ def _cross_case_hints(ex: Exercise, results: list[CaseResult]) -> list[str]:
     if not failed or not passed:
         return []
     common = set.intersection(*(set(r.tags) for r in failed)) - set().union(*(r.tags for r in passed))
-    return [ex.hints[tag] for tag in sorted(common) if tag in ex.hints]
+    return [str(ex.hints[tag]) for tag in sorted(common) if tag in ex.hints]  # a hint may be a messages.Text
 
 
 def round_seed(seed: int, round_: int) -> int:
@@ -186,9 +215,9 @@ def run_cases(ex: Exercise, env, seed: int, runner: Runner, result: CheckResult,
         res, how = _run_case(ex, runner, case, i, env, reference, timeout)
         result.cases.append(res)
         if how == "timeout":
-            stop = "not run: an earlier case ran past its time budget"
+            stop = T("not_run")
         elif how == "cuda_error" and not isolated:
-            result.hints.append("stopped after a CUDA error: the GPU context cannot run more cases")
+            result.hints.append(T("cuda_stop"))
             break
     result.hints += _cross_case_hints(ex, result.cases)
 
@@ -202,12 +231,12 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
     env = environment.detect()
     ex = exercises.get(exercise_id)
     seed = _seed(seed)
-    result = CheckResult(ex.id, ex.title, env.label, seed, [])
+    result = CheckResult(ex.id, str(ex.title), env.label, seed, [])
     result.notes += notebooks.provenance_notes(fn, ex)
     if not callable(fn):
         result.cases.append(CaseResult(1, "argument", "", "-", "FAIL",
-                                       problems=[f"grader.check expects the function {ex.signature}, got "
-                                                 f"{type(fn).__name__}"]))
+                                       problems=[T("not_callable", signature=ex.signature,
+                                                   got=type(fn).__name__)]))
     else:
         reference = None if timeout is not None or notebooks.is_reference(fn) else _load_reference(ex)
         run_cases(ex, env, seed, in_process(fn), result, reference=reference, timeout=timeout)
@@ -216,7 +245,7 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
     if result.passed and ex.keep_on_pass and not notebooks.is_reference(fn):
         kept = notebooks.keep_passing_code(ex, fn)
         if kept:
-            result.notes.append(f"your passing code is kept in {kept} (later notebooks grade it from there)")
+            result.notes.append(T("kept", path=kept))
     if not quiet:
         reports.show(result)
     return result

@@ -72,9 +72,9 @@ CALIBRATION_SEEDS = Variable("FA_COURSE_CALIBRATION_SEEDS", "random seeds per ex
 CALIBRATION_OUT = Variable("FA_COURSE_CALIBRATION_OUT", "JSON-lines file where tests/test_tolerances.py records the "
                            "worst fraction of each tolerance used", "unset: nothing is recorded")
 
-VARIABLES: dict[str, Variable] = {v.name: v for v in (REPO, LANG, CLONE_TIMEOUT, PROGRESS, SOLUTIONS, STATIC_VISUALS, BENCH_QUICK,
-                                                     SKIP_BROWSER, CHROMIUM, SCREENSHOTS, CALIBRATION_SEEDS,
-                                                     CALIBRATION_OUT)}
+VARIABLES: dict[str, Variable] = {v.name: v for v in (
+    REPO, LANG, CLONE_TIMEOUT, PROGRESS, SOLUTIONS, STATIC_VISUALS, BENCH_QUICK,
+    SKIP_BROWSER, CHROMIUM, SCREENSHOTS, CALIBRATION_SEEDS, CALIBRATION_OUT)}
 
 
 def describe() -> str:

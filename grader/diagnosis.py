@@ -7,7 +7,27 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .messages import catalogue
 from .tolerances import tolerance
+
+T = catalogue("diagnosis", {
+    "runs_of": ("{ranges} of 0–{last}", "0–{last} 中的 {ranges}"),
+    "positions": ("{n} positions", "{n} 个"),
+    "periodic": ("{what} of every {p}, from 0 to {last} (look at what depends on the position inside a block)",
+                 "0 到 {last} 之间，每 {p} 个位置中的 {what}（看看哪些计算依赖于块内的位置）"),
+    "axis_at": ("{axis} {where}", "{axis} {where}"),
+    "last_block": ("only the last, partial block of {what} is wrong ({what} {first}–{last}, a block of {block} starts "
+                   "at {first}): the ragged tail needs masks on loads and stores",
+                   "只有 {what} 的最后一个不完整的块是错的（{what} {first}–{last}，一个大小为 {block} 的块从 {first} "
+                   "开始）：非整块长度的尾部需要在 load 和 store 上加 mask"),
+    "looks_like": ("looks like: {name} — {why}", "看起来像：{name}——{why}"),
+    "same_as_first": ("every (batch, head) holds the answer of batch 0, head 0: the batch/head offsets "
+                      "(program_id(1) × strides) are not applied",
+                      "每个 (batch, head) 里都是 batch 0、head 0 的结果：没有加上 batch/head 的偏移"
+                      "（program_id(1) × strides）"),
+    "some_slices": ("(batch, head) slices {slices} are wrong while (0, 0) is right: check the batch/head offsets",
+                    "(batch, head) 切片 {slices} 是错的，而 (0, 0) 是对的：检查 batch/head 的偏移"),
+})
 
 if TYPE_CHECKING:
     from .exercises.base import BugModel
@@ -32,14 +52,14 @@ def runs(idx: list[int]) -> list[tuple[int, int]]:
 def pattern(idx: list[int], n: int, max_runs: int = 4) -> str | None:
     """Where the indices sit in range(n), said briefly: a few runs, or a period; None when they are scattered."""
     if len(runs(idx)) <= max_runs:
-        return f"{ranges(idx)} of 0–{n - 1}"
+        return T("runs_of", ranges=ranges(idx), last=n - 1)
     hit = set(idx)
     for p in (q for q in (2, 4, 8, 16, 32, 64, 128, 256) if q <= n // 2):  # block sizes are powers of two
         residues = {i % p for i in hit}
         if len(residues) < p and all((i % p in residues) == (i in hit) for i in range(n)):
             offsets = sorted(residues)
-            what = ranges(offsets) if len(runs(offsets)) <= max_runs else f"{len(offsets)} positions"
-            return f"{what} of every {p}, from 0 to {n - 1} (look at what depends on the position inside a block)"
+            what = ranges(offsets) if len(runs(offsets)) <= max_runs else T("positions", n=len(offsets))
+            return T("periodic", what=what, p=p, last=n - 1)
     return None  # scattered: no pattern worth a line
 
 
@@ -66,7 +86,7 @@ def where(bad: torch.Tensor, axis_names: tuple[str, ...]) -> list[str]:
         if len(hit) < bad.shape[axis]:
             described = pattern(hit, bad.shape[axis])
             if described:
-                notes.append(f"{name} {described}")
+                notes.append(T("axis_at", axis=name, where=described))
     return notes
 
 
@@ -79,8 +99,7 @@ def last_block_hint(bad: torch.Tensor, n: int, axis: int, what: str) -> str | No
     first = per[0]
     for block in (128, 64, 32, 16):
         if first % block == 0 and first > 0 and n % block and per[-1] == n - 1 and first == (n // block) * block:
-            return (f"only the last, partial block of {what} is wrong ({what} {first}–{n - 1}, a block of "
-                    f"{block} starts at {first}): the ragged tail needs masks on loads and stores")
+            return T("last_block", what=what, first=first, last=n - 1, block=block)
     return None
 
 
@@ -103,7 +122,7 @@ def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: S
         # a buggy kernel also rounds differently from the fp64 simulation of its bug: allow 8× the tolerance
         explained = close(out, alt, dtype, slack=8.0)
         if bool(explained[wrong].all()) and bool(wrong.any()):
-            found.append(f"looks like: {bug.name} — {bug.why}")
+            found.append(T("looks_like", name=bug.name, why=bug.why))
     return list(dict.fromkeys(found))  # one bug simulated at several block sizes is one finding
 
 
@@ -116,8 +135,6 @@ def batch_head_hint(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) ->
         return None
     first = ref[0, 0]
     if bool(close(out, first.expand_as(out), dtype).all()):
-        return ("every (batch, head) holds the answer of batch 0, head 0: the batch/head offsets "
-                "(program_id(1) × strides) are not applied")
+        return T("same_as_first")
     bad = (~ok).nonzero().tolist()
-    return f"(batch, head) slices {', '.join(str(tuple(x)) for x in bad[:6])} are wrong while (0, 0) is right: " \
-           "check the batch/head offsets"
+    return T("some_slices", slices=", ".join(str(tuple(x)) for x in bad[:6]))

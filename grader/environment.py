@@ -8,6 +8,35 @@ from dataclasses import dataclass, field
 import torch
 
 from .device import driver_version, interpreter_requested, shared_memory_limit, use_interpreter
+from .messages import Text, catalogue
+
+T = catalogue("environment", {
+    "interpreter_label": ("Triton interpreter on the CPU (timings meaningless)",
+                          "CPU 上的 Triton 解释器（计时没有参考意义）"),
+    "mode": ("mode", "模式"),
+    "mode_gpu": ("GPU", "GPU"),
+    "mode_interpreter": ("Triton interpreter (CPU)", "Triton 解释器（CPU）"),
+    "device": ("device", "设备"),
+    "capability": ("compute capability", "计算能力（compute capability）"),
+    "bf16": ("bf16", "bf16"),
+    "yes": ("yes", "支持"),
+    "no_bf16": ("no (fp16 only)", "不支持（只能用 fp16）"),
+    "smem": ("shared memory / block", "每个线程块的共享内存"),
+    "kib": ("{n} KiB", "{n} KiB"),
+    "driver": ("driver", "驱动"),
+    "dtypes": ("dtypes graded", "评测的数据类型"),
+    "not_installed": ("not installed", "未安装"),
+    "note": ("note: {note}", "注意：{note}"),
+    "old_gpu": ("Triton needs compute capability 7.0 or newer; this GPU has {major}.x",
+                "Triton 需要计算能力 7.0 或更高，这块 GPU 只有 {major}.x"),
+    "no_triton": ("triton is not installed", "没有安装 triton"),
+    "fallback": ("{reason}: falling back to the Triton interpreter on the CPU",
+                 "{reason}：改用 CPU 上的 Triton 解释器"),
+    "no_gpu": ("no CUDA GPU found: Triton kernels run through the interpreter (TRITON_INTERPRET=1)",
+               "没有找到 CUDA GPU：Triton kernel 通过解释器运行（TRITON_INTERPRET=1）"),
+    "forced": ("TRITON_INTERPRET=1 was set: grading on the CPU although a GPU is present",
+               "设置了 TRITON_INTERPRET=1：虽然有 GPU，仍在 CPU 上评测"),
+})
 
 _ENV: Environment | None = None
 
@@ -24,7 +53,7 @@ class Environment:
     torch_version: str = torch.__version__
     triton_version: str = ""
     python_version: str = platform.python_version()
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str | Text, ...] = field(default_factory=tuple)  # Texts: shown in the language in force
 
     @property
     def dtypes(self) -> tuple[torch.dtype, ...]:
@@ -39,30 +68,32 @@ class Environment:
     def label(self) -> str:
         """One line naming what the grader ran on, for every report."""
         if self.interpreter:
-            return "Triton interpreter on the CPU (timings meaningless)"
+            return T("interpreter_label")
         return f"{self.gpu_name} (sm_{self.capability[0]}{self.capability[1]})"
 
     def table(self) -> str:
+        from .reports import ljust, width
+
         rows = [
-            ("mode", "GPU" if not self.interpreter else "Triton interpreter (CPU)"),
-            ("device", self.gpu_name or "cpu"),
+            (T("mode"), T("mode_gpu") if not self.interpreter else T("mode_interpreter")),
+            (T("device"), self.gpu_name or "cpu"),
         ]
         if not self.interpreter:
             rows += [
-                ("compute capability", f"{self.capability[0]}.{self.capability[1]}"),
-                ("bf16", "yes" if self.supports_bf16 else "no (fp16 only)"),
-                ("shared memory / block", f"{(self.shared_memory_per_block or 0) // 1024} KiB"),
-                ("driver", self.driver or "?"),
+                (T("capability"), f"{self.capability[0]}.{self.capability[1]}"),
+                (T("bf16"), T("yes") if self.supports_bf16 else T("no_bf16")),
+                (T("smem"), T("kib", n=(self.shared_memory_per_block or 0) // 1024)),
+                (T("driver"), self.driver or "?"),
             ]
         rows += [
-            ("dtypes graded", ", ".join(str(d).replace("torch.", "") for d in self.dtypes)),
+            (T("dtypes"), ", ".join(str(d).replace("torch.", "") for d in self.dtypes)),
             ("torch", self.torch_version),
-            ("triton", self.triton_version or "not installed"),
+            ("triton", self.triton_version or T("not_installed")),
             ("python", self.python_version),
         ]
-        width = max(len(k) for k, _ in rows)
-        lines = [f"  {k:<{width}}  {v}" for k, v in rows]
-        lines += [f"  note: {n}" for n in self.notes]
+        w = max(width(k) for k, _ in rows)
+        lines = [f"  {ljust(k, w)}  {v}" for k, v in rows]
+        lines += [f"  {T('note', note=n)}" for n in self.notes]
         return "\n".join(lines)
 
 
@@ -74,13 +105,13 @@ def _triton_version() -> str:
         return ""
 
 
-def _gpu_usable_by_triton() -> str | None:
+def _gpu_usable_by_triton() -> Text | None:
     """None when Triton can compile for the GPU, else the reason it cannot."""
     major, _ = torch.cuda.get_device_capability(0)
     if major < 7:
-        return f"Triton needs compute capability 7.0 or newer; this GPU has {major}.x"
+        return T.later("old_gpu", major=major)
     if not _triton_version():
-        return "triton is not installed"
+        return T.later("no_triton")
     return None
 
 
@@ -93,7 +124,7 @@ def detect(force_interpreter: bool | None = None) -> Environment:
     global _ENV
     if _ENV is not None and force_interpreter is None:
         return _ENV
-    notes: list[str] = []
+    notes: list[Text] = []
     wants_interp = interpreter_requested()
     if force_interpreter is not None:
         wants_interp = force_interpreter
@@ -101,7 +132,7 @@ def detect(force_interpreter: bool | None = None) -> Environment:
     if gpu and not wants_interp:
         reason = _gpu_usable_by_triton()
         if reason:
-            notes.append(f"{reason}: falling back to the Triton interpreter on the CPU")
+            notes.append(T.later("fallback", reason=reason))
             gpu = False
     if gpu and not wants_interp:
         props = torch.cuda.get_device_properties(0)
@@ -114,9 +145,9 @@ def detect(force_interpreter: bool | None = None) -> Environment:
     else:
         use_interpreter()
         if not torch.cuda.is_available():
-            notes.append("no CUDA GPU found: Triton kernels run through the interpreter (TRITON_INTERPRET=1)")
+            notes.append(T.later("no_gpu"))
         elif wants_interp and force_interpreter is None:
-            notes.append("TRITON_INTERPRET=1 was set: grading on the CPU although a GPU is present")
+            notes.append(T.later("forced"))
         _ENV = Environment(device="cpu", interpreter=True, triton_version=_triton_version(), notes=tuple(notes))
     if _ENV.interpreter:
         from . import safety

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from . import checking, environment, exercises, notebooks, reports
+from . import checking, device, environment, exercises, messages, notebooks, reports
 from .results import CaseResult, CheckResult
 from .sandbox import Child, Limits
 
@@ -202,10 +202,11 @@ class Grader:
     def _child_env(self, workdir: Path, gpu: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FA_COURSE_", "PYTHON", "JPY_"))}
         env.update(PYTHONPATH=str(self.lib), HOME=str(workdir), FA_COURSE_PROGRESS=str(workdir / "progress.json"),
+                   FA_COURSE_LANG=messages.language(),
                    FA_COURSE_SOLUTIONS=str(workdir / "no-solutions-here"), MPLBACKEND="Agg",
                    CUDA_VISIBLE_DEVICES=gpu, PYTHONDONTWRITEBYTECODE="1")
         if self.env.interpreter:
-            env["TRITON_INTERPRET"] = "1"
+            env[device.INTERPRET_ENV] = "1"
         return env
 
     def grade(self, sub: Submission) -> Graded:
@@ -343,11 +344,17 @@ def main(argv: list[str] | None = None) -> int:
                     "reference solution's time on the case, at least 10 s, as grader.check)")
     ap.add_argument("--grace", type=float, default=15.0, help="seconds past a case's budget before its process is "
                     "ended (the budget's own stop comes first)")
+    ap.add_argument("--lang", default="en", help="language of the feedback reports: en or zh (the CSV columns and "
+                    "the log stay English)")
     ap.add_argument("--memory-gb", type=float, default=8.0, help="memory limit of each submission's process")
     ap.add_argument("--output-mb", type=float, default=16.0, help="how much a submission may print")
     args = ap.parse_args(argv)
     if not 0 <= args.seed < 2**63 or args.draws < 1 or args.jobs < 1:
         ap.error("--seed must be 0..2**63-1, --draws and --jobs at least 1")
+    try:
+        messages.set_language(args.lang)
+    except ValueError as e:
+        ap.error(str(e))
     if args.notebook and args.notebook not in _chapters():
         ap.error(f"--notebook must be one of {', '.join(_chapters())}")
     subs = collect(args.submissions, _read_id_map(args.ids))

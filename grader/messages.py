@@ -8,6 +8,11 @@ the language in force:
         "pass": ("PASSED: all {n} cases. Well done.", "通过：全部 {n} 个用例都对了。"),
     })
     T("pass", n=12)          # the id is "reports.pass"
+    T.later("pass", n=12)    # a Text: rendered each time str() is called (for module-level tables)
+
+Render when the message is shown, never at import time: the language is chosen at run time. Case names stay
+English inside the grader (code and tests select cases by name); chapter modules register their Chinese names
+with case_names({...}) and reports show case_label(name).
 
 An entry is a pair (English, Chinese) with the same {placeholders}; tests/test_messages.py checks every entry, and
 that no grader module shows a sentence outside a catalogue. Terms follow the glossary (solutions/zh-CN/GLOSSARY.md).
@@ -17,6 +22,7 @@ The language: grader.setup(lang="zh") (the Chinese notebooks call it so), else F
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable
 
@@ -76,6 +82,7 @@ def catalogue(namespace: str, entries: dict[str, tuple[str, str]]) -> Callable[.
     def render(key: str, **values: object) -> str:
         return say(f"{namespace}.{key}", **values)
     render.namespace = namespace  # type: ignore[attr-defined]
+    render.later = lambda key, **values: Text(f"{namespace}.{key}", **values)  # type: ignore[attr-defined]
     return render
 
 
@@ -83,3 +90,59 @@ def say(msg_id: str, **values: object) -> str:
     """The message `msg_id` in the language in force, with `values` filled in."""
     text = CATALOGUE[msg_id][language()]
     return text.format(**values) if values or fields(text) else text
+
+
+class Text:
+    """A message rendered when it is shown, not when it is made (module-level tables: hints, bug names...)."""
+
+    __slots__ = ("msg_id", "values")
+
+    def __init__(self, msg_id: str, **values: object) -> None:
+        self.msg_id, self.values = msg_id, values
+
+    def __str__(self) -> str:
+        return say(self.msg_id, **self.values)
+
+    def __repr__(self) -> str:
+        return f"Text({self.msg_id!r})"
+
+
+def later(render: Callable[..., str], key: str, **values: object) -> Text:
+    """T.later-style: the message `key` of the catalogue behind `render`, rendered each time it is shown."""
+    return Text(f"{render.namespace}.{key}", **values)  # type: ignore[attr-defined]
+
+
+# ---- case names: kept in English inside the grader (code and tests select cases by them), shown translated
+#: English case name -> Chinese, registered by each chapter module with case_names({...})
+CASE_NAMES: dict[str, str] = {}
+_SUFFIXES = [  # what the checking loop and the exercises append to a case's name
+    (re.compile(r"^(?P<base>.*), again with fresh values$"),
+     ("{base}, again with fresh values", "{base}（同形状、新数值再测一次）")),
+    (re.compile(r"^(?P<base>.*) \(draw (?P<n>\d+)\)$"), ("{base} (draw {n})", "{base}（第 {n} 次抽样）")),
+    (re.compile(r"^(?P<base>.*) \(hidden\)$"), ("{base} (hidden)", "{base}（隐藏用例）")),
+    (re.compile(r"^bad arguments: (?P<base>.*)$"), ("bad arguments: {base}", "非法参数：{base}")),
+    (re.compile(r"^(?P<base>.*) (?P<tail>\((?:block_m|n_q)=[^()]*\))$"), ("{base} {tail}", "{base} {tail}")),
+]
+
+
+def case_names(names: dict[str, str]) -> None:
+    """Register Chinese names for English case names (the same name may come from several modules, alike)."""
+    for en, zh in names.items():
+        if CASE_NAMES.get(en, zh) != zh:
+            raise RuntimeError(f"case name {en!r} has two translations: {CASE_NAMES[en]!r} and {zh!r}")
+        CASE_NAMES[en] = zh
+
+
+def case_label(name: str) -> str:
+    """A case's name in the language in force (English names are the grader's own, so English is the identity)."""
+    if language() == "en":
+        return name
+    if name in CASE_NAMES:
+        return CASE_NAMES[name]
+    for pattern, (_, zh) in _SUFFIXES:
+        m = pattern.match(name)
+        if m:
+            values = m.groupdict()
+            values["base"] = case_label(values["base"])
+            return zh.format(**values)
+    return name

@@ -22,6 +22,33 @@ from pathlib import Path
 from types import ModuleType
 
 from . import config
+from .messages import catalogue
+
+T = catalogue("notebooks", {
+    "no_export_cells": ("{path} has no cells tagged '{tag}'", "{path} 里没有打了 '{tag}' 标签的单元格"),
+    "not_found": ("notebook {name} not found (looked in: {looked})",
+                  "找不到 notebook {name}（找过这些地方：{looked}）"),
+    "graded_from": ("graded `{function}` from {path}", "评测的是 {path} 里的 `{function}`"),
+    "unfinished": ("that file still has {n} unfinished TODO(s) ({first}): finish them in notebook {notebook}, run its "
+                   "`grader.check(\"{exercise}\", {function})` cell until it passes (that keeps your code in {kept}), "
+                   "then run this cell again",
+                   "这个文件里还有 {n} 处 TODO 没完成（{first}）：先回到 notebook {notebook} 把它们写完，运行其中的 "
+                   "`grader.check(\"{exercise}\", {function})` 单元格直到通过（通过后代码会保存到 {kept}），"
+                   "然后再运行这个单元格"),
+    "not_a_bundle": ("not a references bundle of this course", "这不是本课程的参考实现包（references bundle）"),
+    "no_solution": ("no reference solution for {notebook} in this copy of the course ({path} does not exist{tail}",
+                    "这份课程里没有 {notebook} 的参考实现（{path} 不存在{tail}"),
+    "no_solution_bundle": (", and grader/references.bin lacks it)", "，grader/references.bin 里也没有）"),
+    "no_solution_end": (")", "）"),
+    "reference_in_call": ("grader.reference is not available inside a function being graded: write the exercise "
+                          "yourself",
+                          "在被评测的函数内部不能调用 grader.reference：这个练习请自己动手写"),
+    "no_export": ("the solution of {notebook} exports no function {function}",
+                  "{notebook} 的参考答案没有导出函数 {function}"),
+    "reference_of_in_call": ("the reference solution of {exercise} is not available inside a function being graded: "
+                             "write the exercise yourself",
+                             "在被评测的函数内部不能使用 {exercise} 的参考实现：这个练习请自己动手写"),
+})
 
 EXPORT_TAG = "export"
 _CACHE: dict[tuple[str, str], ModuleType] = {}
@@ -52,7 +79,7 @@ def export_source(nb_path: Path) -> str:
         lines = [ln for ln in _source_lines(cell).splitlines() if not ln.lstrip().startswith(("%", "!"))]
         chunks.append(f"# ---- cell {i} of {nb_path.name}\n" + "\n".join(lines) + "\n")
     if not chunks:
-        raise ValueError(f"{nb_path} has no cells tagged '{EXPORT_TAG}'")
+        raise ValueError(T("no_export_cells", path=nb_path, tag=EXPORT_TAG))
     return "\n".join(chunks)
 
 
@@ -123,7 +150,7 @@ def find_notebook(name: str, folder: Path | None = None) -> Path:
         if c.exists():
             return c
     looked = [kept_dir(), Path.cwd(), repo_root() / "notebooks"] if not folder else [Path(folder)]
-    raise FileNotFoundError(f"notebook {base} not found (looked in: {', '.join(str(c) for c in looked)})")
+    raise FileNotFoundError(T("not_found", name=base, looked=", ".join(str(c) for c in looked)))
 
 
 def load_notebook(name: str, folder: str | Path | None = None) -> ModuleType:
@@ -141,13 +168,12 @@ def provenance_notes(fn, ex) -> list[str]:
     path = getattr(module, "__notebook_path__", None)
     if path is None or is_reference(fn):
         return []
-    notes = [f"graded `{getattr(fn, '__name__', ex.function)}` from {path}"]
+    notes = [T("graded_from", function=getattr(fn, "__name__", ex.function), path=path)]
     todos = getattr(module, "__unfinished__", [])
     if todos:
         first = ", ".join(todos[:3]) + (", ..." if len(todos) > 3 else "")
-        notes.append(f"that file still has {len(todos)} unfinished TODO(s) ({first}): finish them in notebook "
-                     f"{ex.notebook}, run its `grader.check(\"{ex.id}\", {ex.function})` cell until it passes (that "
-                     f"keeps your code in {kept_dir()}), then run this cell again")
+        notes.append(T("unfinished", n=len(todos), first=first, notebook=ex.notebook, exercise=ex.id,
+                       function=ex.function, kept=kept_dir()))
     return notes
 
 
@@ -276,14 +302,35 @@ def _mask(data: bytes) -> bytes:
     return bytes(a ^ b for a, b in zip(data, stream))
 
 
-def pack_references(sources: dict[str, str]) -> bytes:
-    return _MAGIC + _mask(zlib.compress(json.dumps(sources, ensure_ascii=False).encode("utf-8"), 9))
+def pack_references(sources: dict[str, str], explanations: dict[str, dict[str, str]] | None = None,
+                    todos: dict[str, dict[str, list]] | None = None) -> bytes:
+    """sources: notebook -> its export cells; explanations: exercise id -> {language: text}; todos: language ->
+    notebook -> [(English TODO block, translation)] (grader.solution shows the code with translated TODOs)."""
+    data = {"sources": sources, "explanations": explanations or {}, "todos": todos or {}}
+    return _MAGIC + _mask(zlib.compress(json.dumps(data, ensure_ascii=False).encode("utf-8"), 9))
 
 
-def unpack_references(data: bytes) -> dict[str, str]:
+def unpack_references(data: bytes) -> dict[str, dict]:
+    """{"sources": {notebook: export cells}, "explanations": {exercise id: {language: text}}}."""
     if not data.startswith(_MAGIC):
-        raise ValueError("not a references bundle of this course")
+        raise ValueError(T("not_a_bundle"))
     return json.loads(zlib.decompress(_mask(data[len(_MAGIC):])).decode("utf-8"))
+
+
+def _bundle() -> dict[str, dict] | None:
+    if BUNDLE.exists() and not config.SOLUTIONS.path():
+        return unpack_references(BUNDLE.read_bytes())
+    return None
+
+
+def bundled_explanations() -> dict[str, dict[str, str]]:
+    bundle = _bundle()
+    return bundle["explanations"] if bundle else {}
+
+
+def bundled_todos(lang: str) -> dict[str, list]:
+    bundle = _bundle()
+    return bundle.get("todos", {}).get(lang, {}) if bundle else {}
 
 
 def solution_module(notebook: str) -> ModuleType:
@@ -291,12 +338,11 @@ def solution_module(notebook: str) -> ModuleType:
     path = Path(solutions_dir()) / f"{notebook}.ipynb"
     if path.exists():
         return load_module(path)
-    if BUNDLE.exists() and not config.SOLUTIONS.path():
-        sources = unpack_references(BUNDLE.read_bytes())
-        if notebook in sources:
-            return load_source(sources[notebook], f"reference_{notebook}")
-    raise FileNotFoundError(f"no reference solution for {notebook} in this copy of the course ({path} does not "
-                            "exist" + (", and grader/references.bin lacks it)" if BUNDLE.exists() else ")"))
+    bundle = _bundle()
+    if bundle and notebook in bundle["sources"]:
+        return load_source(bundle["sources"][notebook], f"reference_{notebook}")
+    tail = T("no_solution_bundle") if BUNDLE.exists() else T("no_solution_end")
+    raise FileNotFoundError(T("no_solution", notebook=notebook, path=path, tail=tail))
 
 
 def reference(exercise_id: str):
@@ -305,14 +351,13 @@ def reference(exercise_id: str):
     from .safety import in_learner_call
 
     if in_learner_call():
-        raise RuntimeError("grader.reference is not available inside a function being graded: write the exercise "
-                           "yourself")
+        raise RuntimeError(T("reference_in_call"))
     ex = get(exercise_id)
     module = solution_module(ex.notebook)
     try:
         fn = getattr(module, ex.function)
     except AttributeError:
-        raise AttributeError(f"the solution of {ex.notebook} exports no function {ex.function!r}") from None
+        raise AttributeError(T("no_export", notebook=ex.notebook, function=repr(ex.function))) from None
 
     cached = _WRAPPED.get(exercise_id)
     if cached is not None and cached[0] is fn:
@@ -321,8 +366,7 @@ def reference(exercise_id: str):
     @functools.wraps(fn)
     def instructors(*args, **kwargs):
         if in_learner_call():  # a graded function that calls the reference is not the learner's work
-            raise RuntimeError(f"the reference solution of {exercise_id} is not available inside a function being "
-                               "graded: write the exercise yourself")
+            raise RuntimeError(T("reference_of_in_call", exercise=exercise_id))
         return fn(*args, **kwargs)
     _REFERENCES.add(id(instructors))
     _WRAPPED[exercise_id] = (fn, instructors)  # kept alive, so that no other function can ever reuse its id()

@@ -6,6 +6,23 @@ import math
 
 import torch
 
+from .messages import catalogue
+
+T = catalogue("oracle", {
+    "not_a_pair": ("expected a pair of ints (unmasked_end, masked_end), got {got}",
+                   "应当返回一对整数 (unmasked_end, masked_end)，实际得到的是 {got}"),
+    "unmasked_too_far": ("key {j} < unmasked_end={unmasked_end} is not visible to row {row}: those keys would be "
+                         "used without the mask",
+                         "key {j} < unmasked_end={unmasked_end}，但第 {row} 行看不到它：这些 key 会在没有掩码的情况下"
+                         "被用上"),
+    "masked_too_short": ("key {j} is visible to row {row} but masked_end={masked_end} skips it",
+                         "第 {row} 行能看到 key {j}，但 masked_end={masked_end} 把它跳过了"),
+    "not_whole_blocks": ("unmasked_end={unmasked_end} is not a multiple of block_n={block_n}: the unmasked loop walks "
+                         "whole blocks",
+                         "unmasked_end={unmasked_end} 不是 block_n={block_n} 的整数倍：不加掩码的那段循环是按整块走的"),
+    "past_end": ("masked_end={masked_end} is past n_k={n_k}", "masked_end={masked_end} 超过了 n_k={n_k}"),
+})
+
 
 def _f64(*ts: torch.Tensor) -> list[torch.Tensor]:
     return [t.detach().to(torch.float64) for t in ts]
@@ -72,23 +89,20 @@ def kv_block_split_problems(start_m: int, block_m: int, block_n: int, n_k: int, 
     try:
         unmasked_end, masked_end = (int(x) for x in got)
     except (TypeError, ValueError):
-        return [f"expected a pair of ints (unmasked_end, masked_end), got {got!r}"]
+        return [T("not_a_pair", got=repr(got))]
     rows = torch.arange(start_m * block_m, (start_m + 1) * block_m)
     visible = torch.arange(n_k)[None, :] <= rows[:, None]
     not_all = (~visible.all(dim=0)).nonzero().flatten()
     if len(not_all) and unmasked_end > int(not_all[0]):
         j = int(not_all[0])
-        problems.append(f"key {j} < unmasked_end={unmasked_end} is not visible to row {rows[0].item()}: "
-                        "those keys would be used without the mask")
+        problems.append(T("unmasked_too_far", j=j, unmasked_end=unmasked_end, row=rows[0].item()))
     some = visible.any(dim=0).nonzero().flatten()
     if len(some) and masked_end <= int(some[-1]):
-        problems.append(f"key {int(some[-1])} is visible to row {rows[-1].item()} but masked_end={masked_end} "
-                        "skips it")
+        problems.append(T("masked_too_short", j=int(some[-1]), row=rows[-1].item(), masked_end=masked_end))
     if unmasked_end % block_n:
-        problems.append(f"unmasked_end={unmasked_end} is not a multiple of block_n={block_n}: "
-                        "the unmasked loop walks whole blocks")
+        problems.append(T("not_whole_blocks", unmasked_end=unmasked_end, block_n=block_n))
     if masked_end > n_k:
-        problems.append(f"masked_end={masked_end} is past n_k={n_k}")
+        problems.append(T("past_end", masked_end=masked_end, n_k=n_k))
     return problems
 
 

@@ -2,16 +2,96 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+import unicodedata
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from html import escape
 from typing import TYPE_CHECKING, Any
+
+from . import messages
+from .messages import catalogue
 
 if TYPE_CHECKING:
     from .results import CaseResult, CheckResult
 
-_MARK = {"PASS": "PASS", "FAIL": "FAIL", "NOT ATTEMPTED": "TODO"}
+T = catalogue("reports", {
+    "mark_pass": ("PASS", "通过"),
+    "mark_fail": ("FAIL", "未通过"),
+    "mark_todo": ("TODO", "未作答"),
+    "col_case": ("case", "用例"),
+    "col_shapes": ("shapes", "形状"),
+    "col_dtype": ("dtype", "dtype"),
+    "col_max_err": ("max|err|", "最大绝对误差"),
+    "col_rel_err": ("rel err", "相对误差"),
+    "col_tol": ("atol/rtol", "atol/rtol"),
+    "col_result": ("result", "结果"),
+    "col_wrong": ("what is wrong", "问题所在"),
+    "case_one": ("case {n}", "用例 {n}"),
+    "case_many": ("cases {ns}", "用例 {ns}"),
+    "hint": ("hint", "提示"),
+    "hint_of": ("hint ({cases})", "提示（{cases}）"),
+    "labelled": ("{label}: {text}", "{label}：{text}"),
+    "in_parens": ("({text})", "（{text}）"),
+    "case_detail": ("case {n} ({name}, {shapes}, {dtype})", "用例 {n}（{name}，{shapes}，{dtype}）"),
+    "graded_on": ("graded on {environment} · seed {seed} · {n} cases",
+                  "评测环境：{environment} · 随机种子 {seed} · 共 {n} 个用例"),
+    "passed_word": ("PASSED", "通过"),
+    "passed_rest": ("all {total} cases. Well done.", "全部 {total} 个用例都对了，干得漂亮。"),
+    "todo_word": ("NOT ATTEMPTED YET", "尚未作答"),
+    "todo_rest": ("fill in the TODOs of {exercise}, then run this cell again.",
+                  "先把 {exercise} 里的 TODO 填完，再运行这个单元格。"),
+    "failed_word": ("FAILED", "未通过"),
+    "failed_rest": ("{n}/{total} cases pass{extra}. Replay these exact inputs with seed={seed}.",
+                    "{n}/{total} 个用例通过{extra}。用 seed={seed} 可以原样复现这组输入。"),
+    "failed_todo": (", {todo} not attempted yet", "，{todo} 个尚未作答"),
+    "look_at": ("What to look at", "先看这里"),
+})
+
+_MARK = {"PASS": "mark_pass", "FAIL": "mark_fail", "NOT ATTEMPTED": "mark_todo"}
 _COLOUR = {"PASS": "#1a7f37", "FAIL": "#cf222e", "NOT ATTEMPTED": "#9a6700"}
-_HEADINGS = ("#", "case", "shapes", "dtype", "max|err|", "rel err", "atol/rtol", "result")
+_COLUMNS = ("col_case", "col_shapes", "col_dtype", "col_max_err", "col_rel_err", "col_tol", "col_result")
+
+
+@contextmanager
+def speaking(lang: str | None) -> Iterator[None]:
+    """Messages in `lang` inside the block (None: the language in force), the language in force again after it."""
+    before = messages._chosen  # what grader.setup(lang=...) chose, None when it chose nothing
+    if lang is not None:
+        messages.set_language(lang)
+    try:
+        yield
+    finally:
+        messages.set_language(before)
+
+
+def _in_its_language(render: Callable[[CheckResult], str]) -> Callable[[CheckResult], str]:
+    """A report is written in the language of its result (the one in force when grader.check ran)."""
+    @functools.wraps(render)
+    def wrapper(r: CheckResult) -> str:
+        with speaking(getattr(r, "lang", None)):
+            return render(r)
+    return wrapper
+
+
+def width(text: str) -> int:
+    """How many terminal columns `text` takes: East Asian wide characters take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def ljust(text: str, n: int) -> str:
+    """str.ljust by terminal columns (Chinese text lines up with English)."""
+    return text + " " * max(n - width(text), 0)
+
+
+def mark(status: str) -> str:
+    """PASS / FAIL / TODO in the language in force."""
+    return T(_MARK[status])
+
+
+def headings() -> tuple[str, ...]:
+    return ("#", *(T(key) for key in _COLUMNS))
 
 
 def _num(x: float | None) -> str:
@@ -27,7 +107,8 @@ def _tol(t: tuple[float, float] | None) -> str:
 
 
 def _row(c: CaseResult) -> tuple[str, ...]:
-    return (str(c.index), c.name, c.shapes, c.dtype, _num(c.max_abs), _num(c.rel_err), _tol(c.tol), _MARK[c.status])
+    return (str(c.index), messages.case_label(c.name), c.shapes, c.dtype, _num(c.max_abs), _num(c.rel_err),
+            _tol(c.tol), mark(c.status))
 
 
 def indices(ns: list[int]) -> str:
@@ -44,7 +125,7 @@ def indices(ns: list[int]) -> str:
 
 
 def _cases(ns: list[int]) -> str:
-    return f"case {ns[0]}" if len(ns) == 1 else f"cases {indices(ns)}"
+    return T("case_one", n=ns[0]) if len(ns) == 1 else T("case_many", ns=indices(ns))
 
 
 def _problem_groups(r: CheckResult) -> list[tuple[str, list[str], list[CaseResult]]]:
@@ -52,7 +133,7 @@ def _problem_groups(r: CheckResult) -> list[tuple[str, list[str], list[CaseResul
     groups: dict[tuple, list[CaseResult]] = {}
     for c in r.cases:
         if c.status != "PASS" or c.problems:
-            groups.setdefault((c.status, tuple(c.problems)), []).append(c)
+            groups.setdefault((c.status, tuple(str(p) for p in c.problems)), []).append(c)
     return sorted(((status, list(problems), members) for (status, problems), members in groups.items()),
                   key=lambda g: g[0] == "PASS")
 
@@ -61,42 +142,43 @@ def _hints(r: CheckResult) -> list[tuple[str, list[int]]]:
     """Each distinct hint once, with the cases it came from (none for hints about the whole run)."""
     by_hint: dict[str, list[int]] = {}
     for c in r.cases:
-        for h in dict.fromkeys(c.hints):
+        for h in dict.fromkeys(str(h) for h in c.hints):  # a hint may be a messages.Text
             by_hint.setdefault(h, []).append(c.index)
     for h in r.hints:
-        by_hint.setdefault(h, [])
+        by_hint.setdefault(str(h), [])
     return list(by_hint.items())
 
 
 def _hint_label(ns: list[int]) -> str:
-    return f"hint ({_cases(ns)})" if ns else "hint"
+    return T("hint_of", cases=_cases(ns)) if ns else T("hint")
 
 
 def _header(r: CheckResult) -> list[str]:
-    return [f"{r.exercise} — {r.title}", f"graded on {r.environment} · seed {r.seed} · {len(r.cases)} cases",
-            *r.notes]
+    return [f"{r.exercise} — {r.title}", T("graded_on", environment=r.environment, seed=r.seed, n=len(r.cases)),
+            *(str(n) for n in r.notes)]
 
 
+@_in_its_language
 def format_check(r: CheckResult) -> str:
     # The name goes last, whole and unpadded, so that one long name does not stretch the other columns.
-    rows = [row[:1] + row[2:] + row[1:2] for row in (_HEADINGS, *(_row(c) for c in r.cases))]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADINGS))]
+    rows = [row[:1] + row[2:] + row[1:2] for row in (headings(), *(_row(c) for c in r.cases))]
+    widths = [max(width(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [*_header(r), ""]
     if _overall(r) != "NOT ATTEMPTED":  # a table of nothing but TODO rows says less than the one line below
-        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        lines += ["  ".join(ljust(cell, w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     groups = _problem_groups(r)
     if groups:
         lines.append("")
     for status, problems, members in groups:
         c = members[0]
-        label = f"case {c.index} ({c.name}, {c.shapes}, {c.dtype})" if len(members) == 1 else \
-            _cases([m.index for m in members])
-        lines.append(f"{label}: {_MARK[status]}")
+        label = T("case_detail", n=c.index, name=messages.case_label(c.name), shapes=c.shapes, dtype=c.dtype) \
+            if len(members) == 1 else _cases([m.index for m in members])
+        lines.append(T("labelled", label=label, text=mark(status)))
         lines += [f"    - {p}" for p in problems]
     hints = _hints(r)
     if hints:
         lines.append("")
-    lines += [f"{_hint_label(ns)}: {h}" for h, ns in hints]
+    lines += [T("labelled", label=_hint_label(ns), text=h) for h, ns in hints]
     lines += ["", _verdict(r)]
     return "\n".join(lines)
 
@@ -107,57 +189,65 @@ def _overall(r: CheckResult) -> str:
     return "NOT ATTEMPTED" if all(c.status == "NOT ATTEMPTED" for c in r.cases) else "FAIL"
 
 
-def _verdict(r: CheckResult) -> str:
+def _verdict_parts(r: CheckResult) -> tuple[str, str]:
+    """The verdict's first word (PASSED, FAILED, NOT ATTEMPTED YET) and the rest of its line."""
     n, total = r.n_passed, len(r.cases)
     todo = sum(c.status == "NOT ATTEMPTED" for c in r.cases)
     if r.passed:
-        return f"PASSED: all {total} cases. Well done."
+        return T("passed_word"), T("passed_rest", total=total)
     if todo == total:
-        return f"NOT ATTEMPTED YET: fill in the TODOs of {r.exercise}, then run this cell again."
-    extra = f", {todo} not attempted yet" if todo else ""
-    return f"FAILED: {n}/{total} cases pass{extra}. Replay these exact inputs with seed={r.seed}."
+        return T("todo_word"), T("todo_rest", exercise=r.exercise)
+    extra = T("failed_todo", todo=todo) if todo else ""
+    return T("failed_word"), T("failed_rest", n=n, total=total, extra=extra, seed=r.seed)
+
+
+def _verdict(r: CheckResult) -> str:
+    word, rest = _verdict_parts(r)
+    return T("labelled", label=word, text=rest)
 
 
 def _mark_html(status: str, text: str | None = None) -> str:
-    return f'<b style="color:{_COLOUR[status]}">{escape(text or _MARK[status])}</b>'
+    return f'<b style="color:{_COLOUR[status]}">{escape(text or mark(status))}</b>'
 
 
 def _table_html(cases: list[CaseResult], problems: bool = False) -> str:
-    headings = _HEADINGS + (("what is wrong",) if problems else ())
-    head = "".join(f'<th style="text-align:left">{escape(h)}</th>' for h in headings)
+    names = headings() + ((T("col_wrong"),) if problems else ())
+    head = "".join(f'<th style="text-align:left">{escape(h)}</th>' for h in names)
     rows = []
     for c in cases:
         cells = "".join(f'<td style="text-align:left">{escape(cell)}</td>' for cell in _row(c)[:-1])
         cells += f"<td>{_mark_html(c.status)}</td>"
         if problems:
-            cells += '<td style="text-align:left">' + "<br>".join(escape(p) for p in c.problems) + "</td>"
+            cells += '<td style="text-align:left">' + "<br>".join(escape(str(p)) for p in c.problems) + "</td>"
         rows.append(f'<tr style="vertical-align:top">{cells}</tr>')
     return f'<table style="margin:.3em 0;font-size:90%"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
+@_in_its_language
 def format_html(r: CheckResult) -> str:
     """Header, verdict, what to look at (the hints, each once), the failing cases with what is wrong, then the
     passing ones folded away."""
-    word, rest = _verdict(r).split(": ", 1)
+    word, rest = _verdict_parts(r)
     head, *sub = _header(r)
+    verdict = T("labelled", label=_mark_html(_overall(r), word), text=escape(rest))
     out = [f"<div><b>{escape(head)}</b></div>",
            *(f'<div style="opacity:.7;font-size:90%">{escape(s)}</div>' for s in sub),
-           f'<div style="margin:.4em 0">{_mark_html(_overall(r), word)}: {escape(rest)}</div>']
+           f'<div style="margin:.4em 0">{verdict}</div>']
     hints = _hints(r)
     if hints:
-        items = "".join(f"<li>{escape(h)} <i style='opacity:.7'>({escape(_cases(ns))})</i></li>" if ns
-                        else f"<li>{escape(h)}</li>" for h, ns in hints)
-        out.append(f'<div><b>What to look at</b></div><ul style="margin:.2em 0 .4em 0">{items}</ul>')
+        items = "".join(f"<li>{escape(h)} <i style='opacity:.7'>{escape(T('in_parens', text=_cases(ns)))}</i>"
+                        "</li>" if ns else f"<li>{escape(h)}</li>" for h, ns in hints)
+        out.append(f'<div><b>{escape(T("look_at"))}</b></div><ul style="margin:.2em 0 .4em 0">{items}</ul>')
     failing = [c for c in r.cases if c.status != "PASS"]
     if _overall(r) == "NOT ATTEMPTED":
-        problems = dict.fromkeys(p for c in failing for p in c.problems)
+        problems = dict.fromkeys(str(p) for c in failing for p in c.problems)
         out.append('<ul style="margin:.2em 0">' + "".join(f"<li>{escape(p)}</li>" for p in problems) + "</ul>")
     elif failing:
         out.append(_table_html(failing, problems=True))
     passing = [c for c in r.cases if c.status == "PASS"]
     if passing:
-        out.append(f"<details><summary>{escape(_cases([c.index for c in passing]))}: {_mark_html('PASS')}"
-                   f"</summary>{_table_html(passing)}</details>")
+        summary = T("labelled", label=escape(_cases([c.index for c in passing])), text=_mark_html("PASS"))
+        out.append(f"<details><summary>{summary}</summary>{_table_html(passing)}</details>")
     return '<div class="fa-course-report">' + "".join(out) + "</div>"
 
 

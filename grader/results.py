@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import reports
+from . import messages, reports
 
 
 @dataclass
@@ -37,6 +37,8 @@ class CheckResult:
     cases: list[CaseResult]
     hints: list[str] = field(default_factory=list)  # about the run as a whole (cross-case patterns)
     notes: list[str] = field(default_factory=list)  # context shown under the header, e.g. which file was graded
+    # The language in force when the result was made: its problems and hints were written in it, so the report is.
+    lang: str = field(default_factory=messages.language, repr=False, compare=False)
     # The IPython cell (execution count) whose output already holds this report, so the cell's value adds nothing.
     shown_in: int | None = field(default=None, init=False, repr=False, compare=False)
 

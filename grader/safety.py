@@ -44,6 +44,64 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .messages import catalogue
+
+T = catalogue("safety", {
+    "gave_up_now": ("grader: your function caught the stop of its time budget {stops} times (a bare `except:` or "
+                    "`except BaseException:`), so the grader cannot end it and stops trying. Interrupt the kernel "
+                    "(■, or Kernel → Interrupt; restart it if that is caught too) and let BaseExceptions through: "
+                    "catch `Exception` instead.",
+                    "grader：你的函数已经 {stops} 次捕获了时间预算的停止信号（用了裸 `except:` 或 "
+                    "`except BaseException:`），grader 无法结束它，不再尝试。请中断 kernel（点 ■，或 Kernel → "
+                    "Interrupt；如果中断也被捕获了，就重启 kernel），并让 BaseException 透传出去：改成捕获 "
+                    "`Exception`。"),
+    "op_desc_load": ("a tensor descriptor's load", "tensor descriptor 的 load"),
+    "op_desc_store": ("a tensor descriptor's store", "tensor descriptor 的 store"),
+    "op_desc_atomic": ("a tensor descriptor's atomic", "tensor descriptor 的原子操作"),
+    "op_desc_gather": ("a tensor descriptor's gather", "tensor descriptor 的 gather"),
+    "op_desc_scatter": ("a tensor descriptor's scatter", "tensor descriptor 的 scatter"),
+    "oob_touched": ("{what} in program {program} touched {n} address(es) outside every tensor passed to the kernel.",
+                    "program {program} 中的 {what} 访问了 {n} 个地址，它们不在传给 kernel 的任何一个张量之内。"),
+    "oob_past": (" Closest tensor: `{name}`; the access reaches {n} element(s) past its last element.",
+                 "离得最近的张量是 `{name}`，这次访问越过了它最后一个元素之后 {n} 个元素。"),
+    "oob_before": (" Closest tensor: `{name}`; the access starts {n} element(s) before its first element.",
+                   "离得最近的张量是 `{name}`，这次访问从它第一个元素之前 {n} 个元素处开始。"),
+    "oob_cause": (" Usual cause: a load or store on a ragged last block without mask=... (and other=... for loads), "
+                  "or an offset computed with the wrong stride.",
+                  "常见原因：在非整块长度的最后一个块上做 load 或 store 时没加 mask=...（load 还要给 other=...），"
+                  "或者偏移用错了步长（stride）。"),
+    "allocated": ("a tensor allocated inside your function ({shape}, {dtype})",
+                  "你的函数内部分配的一个张量（{shape}，{dtype}）"),
+    "in_kernel": (" (in a Triton kernel)", "（发生在 Triton kernel 中）"),
+    "timeout": ("stopped: the case ran past its time budget.", "已停止：这个用例超出了时间预算。"),
+    "not_attempted": ("not attempted yet: {todo}", "尚未作答：{todo}"),
+    "oob_access": ("out-of-bounds memory access. {detail}", "越界访存。{detail}"),
+    "oob_access_wrapped": ("out-of-bounds memory access: {detail}", "越界访存：{detail}"),
+    "sys_exit": ("your function called {call} (SystemExit): a graded function must return its result, not end the "
+                 "program",
+                 "你的函数调用了 {call}（SystemExit）：被评测的函数应当返回结果，而不是结束整个程序"),
+    "cuda_error": ("the GPU reported an error, most likely an out-of-bounds access in your kernel ({error}). The CUDA "
+                   "context is now unusable: restart the kernel (Kernel → Restart) after fixing the masks.",
+                   "GPU 报告了一个错误，多半是你的 kernel 里有越界访问（{error}）。当前 CUDA 上下文已经不可用："
+                   "先修好 mask，再重启 kernel（Kernel → Restart）。"),
+    "raised": ("your function raised {error}", "你的函数抛出了异常：{error}"),
+    "stopped_after": ("stopped after {budget:g} s: the case ran past its time budget. An endless loop (a loop bound "
+                      "that never ends, a pointer that never advances) is the usual cause.",
+                      "{budget:g} s 后被停止：这个用例超出了时间预算。常见原因是死循环（循环边界永远达不到、"
+                      "指针从不前进）。"),
+    "gave_up": ("ran past its time budget of {budget:g} s, and your function caught the grader's stop {stops} times "
+                "(a bare `except:` or `except BaseException:`), so the grader gave up stopping it; it ended by itself "
+                "after {seconds:.1f} s. Catch `Exception` instead, so that the stop gets through.",
+                "超出了 {budget:g} s 的时间预算，而你的函数 {stops} 次捕获了 grader 的停止信号（用了裸 `except:` 或 "
+                "`except BaseException:`），grader 只好放弃，函数在 {seconds:.1f} s 后自己结束了。改成捕获 "
+                "`Exception`，让停止信号能传出去。"),
+    "caught_stop": (" Your function caught the stop (a bare `except:` or `except BaseException:`) and was stopped "
+                    "anyway; catch `Exception` instead, so that the stop gets through.",
+                    "你的函数捕获了停止信号（用了裸 `except:` 或 `except BaseException:`），但还是被停下了；"
+                    "改成捕获 `Exception`，让停止信号能传出去。"),
+    "guard_write": ("{n} element(s) written just outside {name}", "{name} 的边界外紧挨着的地方被写入了 {n} 个元素"),
+})
+
 
 class CaseTimeout(BaseException):
     """Raised inside the learner's code when a case runs past its budget.
@@ -187,10 +245,7 @@ class _Stop:
         """Count a delivery; False when the grader gives up instead."""
         if self.stops >= _MAX_STOPS:
             self.gave_up, self.hard = True, False
-            print(f"grader: your function caught the stop of its time budget {self.stops} times (a bare "
-                  "`except:` or `except BaseException:`), so the grader cannot end it and stops trying. Interrupt "
-                  "the kernel (■, or Kernel → Interrupt; restart it if that is caught too) and let BaseExceptions "
-                  "through: catch `Exception` instead.", file=sys.stderr, flush=True)
+            print(T("gave_up_now", stops=self.stops), file=sys.stderr, flush=True)
             return False
         self.stops += 1
         self.hard = self.stops >= 2  # the first stop did not end the function
@@ -276,8 +331,7 @@ def _regions_of(names, values) -> list[_Region]:
 
 
 def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], what: str, grid_idx) -> str:
-    lines = [f"{what} in program {tuple(grid_idx) if grid_idx is not None else '?'} touched "
-             f"{addrs.size} address(es) outside every tensor passed to the kernel."]
+    lines = [T("oob_touched", what=what, program=tuple(grid_idx) if grid_idx is not None else "?", n=addrs.size)]
     if regions:
         def gap(r: _Region) -> int:
             lo, hi = int(addrs.min()), int(addrs.max())
@@ -286,14 +340,11 @@ def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], wha
         hi = int(addrs.max()) + itemsize
         lo = int(addrs.min())
         if hi > r.end:
-            lines.append(f"Closest tensor: `{r.name}`; the access reaches {(hi - r.end) // r.itemsize} element(s) "
-                         f"past its last element.")
+            lines.append(T("oob_past", name=r.name, n=(hi - r.end) // r.itemsize))
         elif lo < r.start:
-            lines.append(f"Closest tensor: `{r.name}`; the access starts {(r.start - lo) // r.itemsize} element(s) "
-                         f"before its first element.")
-    lines.append("Usual cause: a load or store on a ragged last block without mask=... (and other=... for loads), "
-                 "or an offset computed with the wrong stride.")
-    return " ".join(lines)
+            lines.append(T("oob_before", name=r.name, n=(r.start - lo) // r.itemsize))
+    lines.append(T("oob_cause"))
+    return "".join(lines)  # each sentence after the first brings its own space (none in Chinese)
 
 
 def _check_access(builder: Any, ptrs: Any, mask: Any | None, what: str) -> None:
@@ -346,12 +397,12 @@ def _pointer_ops(interp) -> dict[str, Callable[..., tuple[str, Any, Any]]]:
         "create_atomic_load": lambda ptr, mask, *a, **k: ("tl.atomic_load", ptr, mask),
         "create_atomic_store": lambda ptr, val, mask, *a, **k: ("tl.atomic_store", ptr, mask),
         "create_atomic_poll": lambda ptr, *a, **k: ("tl.atomic_poll", ptr, None),
-        "create_descriptor_load": lambda *a, **k: ("a tensor descriptor's load", *descriptor(a)),
-        "create_descriptor_store": lambda *a, **k: ("a tensor descriptor's store", *descriptor(a)),
-        "create_descriptor_reduce": lambda *a, **k: ("a tensor descriptor's atomic", *descriptor(a)),
-        "create_descriptor_gather": lambda desc, x, y, *a, **k: ("a tensor descriptor's gather",
+        "create_descriptor_load": lambda *a, **k: (T("op_desc_load"), *descriptor(a)),
+        "create_descriptor_store": lambda *a, **k: (T("op_desc_store"), *descriptor(a)),
+        "create_descriptor_reduce": lambda *a, **k: (T("op_desc_atomic"), *descriptor(a)),
+        "create_descriptor_gather": lambda desc, x, y, *a, **k: (T("op_desc_gather"),
                                                                  *_descriptor_rows(desc, x, y, h)),
-        "create_descriptor_scatter": lambda desc, value, x, y, *a, **k: ("a tensor descriptor's scatter",
+        "create_descriptor_scatter": lambda desc, value, x, y, *a, **k: (T("op_desc_scatter"),
                                                                          *_descriptor_rows(desc, x, y, h)),
     }
 
@@ -535,8 +586,8 @@ class GuardAllocations(TorchDispatchMode):
         buf[g + span:].fill_(float("nan"))
         buf[g:g + span].fill_(value)
         self.guarded_bytes += nbytes
-        guarded = Guarded(f"a tensor allocated inside your function ({tuple(meta.shape)}, "
-                          f"{str(meta.dtype).replace('torch.', '')})", buf, g, span)
+        guarded = Guarded(T("allocated", shape=tuple(meta.shape), dtype=str(meta.dtype).replace("torch.", "")),
+                          buf, g, span)
         guarded.seal()
         self.guards.append(guarded)
         return buf.as_strided(meta.shape, meta.stride(), g)
@@ -646,48 +697,46 @@ def _describe(e: BaseException) -> str:
     while type(inner).__name__ == "InterpreterError" and inner.__cause__ is not None:
         inner = inner.__cause__
     text = f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
-    return text + (" (in a Triton kernel)" if inner is not e else "")
+    return text + (T("in_kernel") if inner is not e else "")
 
 
 def classify(e: BaseException) -> tuple[str, str]:
     chain = list(_chain(e))
     if any(isinstance(link, CaseTimeout) for link in chain):
-        return "timeout", "stopped: the case ran past its time budget."
+        return "timeout", T("timeout")
     todo = _todo(e)
     if todo is not None:
-        return "not_attempted", f"not attempted yet: {todo}"
+        return "not_attempted", T("not_attempted", todo=todo)
     for link in chain:
         if isinstance(link, OutOfBoundsAccess):
-            return "out_of_bounds", f"out-of-bounds memory access. {link}"
+            return "out_of_bounds", T("oob_access", detail=link)
     for link in chain:
         if "OutOfBoundsAccess" in repr(link):
-            return "out_of_bounds", f"out-of-bounds memory access: {link}"
+            return "out_of_bounds", T("oob_access_wrapped", detail=link)
     if isinstance(e, SystemExit):
         call = "sys.exit()" if e.code is None else f"sys.exit({e.code!r})"
-        return "exception", (f"your function called {call} (SystemExit): a graded function must return its result, "
-                             "not end the program")
+        return "exception", T("sys_exit", call=call)
     text = _describe(e)
-    if "illegal memory access" in text or "CUDA error" in text:
-        return "cuda_error", ("the GPU reported an error, most likely an out-of-bounds access in your kernel "
-                              f"({text.splitlines()[0]}). The CUDA context is now unusable: restart the kernel "
-                              "(Kernel → Restart) after fixing the masks.")
+    if "illegal memory access" in text or "CUDA error" in text:  # not shown: what CUDA's errors say
+        return "cuda_error", T("cuda_error", error=text.splitlines()[0])
     first = text.strip().splitlines()
     short = first[0] if first else text
     if len(first) > 1 and "CompilationError" in type(e).__name__:
         short = " ".join(line.strip() for line in first[-3:])
-    return "exception", f"your function raised {short[:600]}"
+    return "exception", T("raised", error=short[:600])
+
+
+def raised_prefix() -> str:
+    """What classify() puts before the error of a function that raised ("your function raised ")."""
+    return T("raised", error="")
 
 
 def _timeout_message(budget_s: float, stop: _Stop, caught: bool, seconds: float) -> str:
-    message = (f"stopped after {budget_s:g} s: the case ran past its time budget. An endless loop (a loop bound "
-               "that never ends, a pointer that never advances) is the usual cause.")
+    message = T("stopped_after", budget=budget_s)
     if stop.gave_up:
-        return (f"ran past its time budget of {budget_s:g} s, and your function caught the grader's stop {stop.stops} "
-                f"times (a bare `except:` or `except BaseException:`), so the grader gave up stopping it; it ended "
-                f"by itself after {seconds:.1f} s. Catch `Exception` instead, so that the stop gets through.")
+        return T("gave_up", budget=budget_s, stops=stop.stops, seconds=seconds)
     if caught:
-        message += (" Your function caught the stop (a bare `except:` or `except BaseException:`) and was stopped "
-                    "anyway; catch `Exception` instead, so that the stop gets through.")
+        message += T("caught_stop")
     return message
 
 
@@ -750,7 +799,7 @@ def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
     for g in all_guards:
         n = g.written()
         if n:
-            out.guard_writes.append(f"{n} element(s) written just outside {g.name}")
+            out.guard_writes.append(T("guard_write", n=n, name=g.name))
     for name, t in inputs.items():
         before = snapshots[name]
         same = torch.equal(t, before) or bool(torch.isnan(t).eq(torch.isnan(before)).all()

@@ -1,6 +1,7 @@
 """Which exercises pass, kept in a small JSON file so that it survives kernel restarts.
 
-One entry per exercise: "passed" (ever), "best" (the latest passing run, else the run that passed the most cases)
+One entry per exercise: "passed" (ever), "attempted" (ever run with a TODO filled in: grader.solution opens),
+"best" (the latest passing run, else the run that passed the most cases)
 and "last" (the latest run), each run as {"n", "total", "status", "when", "where"}. The table shows the best run as
 the status and the last run beside it, so a pass followed by a run of the stubs reads "✓ passed 7/7" and
 "last run 0/7, not attempted" — never a ✓ next to 0/7. Files from before (keys passed, last "n/N", last_passed,
@@ -16,9 +17,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import config
+from .messages import catalogue
 
 if TYPE_CHECKING:
     from .results import CheckResult
+
+T = catalogue("store", {
+    "col_exercise": ("exercise", "练习"),
+    "col_notebook": ("notebook", "notebook"),
+    "col_status": ("status (best run)", "状态（最好的一次）"),
+    "col_last": ("last run", "最近一次运行"),
+    "not_run": ("not run", "还没运行过"),
+    "passed": ("passed {best}", "已通过 {best}"),
+    "not_passed": ("not passed yet (best: {best})", "尚未通过（最好成绩：{best}）"),
+    "status_passed": ("passed", "通过"),
+    "status_failing": ("failing", "未通过"),
+    "status_not_attempted": ("not attempted", "尚未作答"),
+    "sep": (", ", "，"),
+    "summary": ("{done}/{total} exercises passed  (stored in {path})",
+                "已通过 {done}/{total} 个练习（记录保存在 {path}）"),
+    "summary_html": ("{done}/{total} exercises passed (stored in {path})",
+                     "已通过 {done}/{total} 个练习（记录保存在 {path}）"),
+})
+#: a run's status as stored in the file (English, data) -> its message
+_STATUS = {"passed": "status_passed", "failing": "status_failing", "not attempted": "status_not_attempted"}
 
 
 def path() -> Path:
@@ -44,7 +66,9 @@ def entry(raw: object) -> dict | None:
         return None
     if isinstance(raw.get("last"), dict):
         last = raw["last"]
-        return {"passed": bool(raw.get("passed")), "best": raw.get("best") or last, "last": last}
+        best = raw.get("best") or last
+        attempted = bool(raw.get("attempted")) or any(r.get("status") in ("passed", "failing") for r in (best, last))
+        return {"passed": bool(raw.get("passed")), "attempted": attempted, "best": best, "last": last}
     try:  # the old form: "last" is "n/N" and when/where belong to the last run
         n, total = (int(x) for x in str(raw.get("last", "")).split("/"))
     except ValueError:
@@ -53,7 +77,7 @@ def entry(raw: object) -> dict | None:
     last = _run(n, total, "passed" if last_passed else None, raw.get("when", ""), raw.get("where", ""))
     passed = bool(raw.get("passed"))
     best = last if last_passed or not passed else _run(total, total, "passed", "", "")  # when it passed is unknown
-    return {"passed": passed, "best": best, "last": last}
+    return {"passed": passed, "attempted": passed or n > 0, "best": best, "last": last}
 
 
 def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: str, n_todo: int = 0) -> None:
@@ -67,7 +91,9 @@ def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: s
         kept = old["best"]
         if old["passed"] or kept.get("n", 0) > n_passed:
             best = kept
-    data[exercise_id] = {"passed": passed or bool(old and old["passed"]), "best": best, "last": run}
+    attempted = status != "not attempted" or bool(old and old["attempted"])  # grader.solution opens after one
+    data[exercise_id] = {"passed": passed or bool(old and old["passed"]), "attempted": attempted, "best": best,
+                         "last": run}
     try:
         path().parent.mkdir(parents=True, exist_ok=True)
         tmp = path().with_suffix(".tmp")
@@ -84,8 +110,10 @@ def record_check(r: CheckResult) -> None:
 
 
 def _describe(run: dict) -> str:
-    parts = [f"{run.get('n', 0)}/{run.get('total', 0)}", run.get("status"), run.get("when"), run.get("where")]
-    return ", ".join(str(p) for p in parts if p)
+    status = run.get("status")
+    status = T(_STATUS[status]) if status in _STATUS else status
+    parts = [f"{run.get('n', 0)}/{run.get('total', 0)}", status, run.get("when"), run.get("where")]
+    return T("sep").join(str(p) for p in parts if p)
 
 
 def _rows() -> tuple[list[tuple[str, str, str, str, str]], int, int]:
@@ -97,37 +125,41 @@ def _rows() -> tuple[list[tuple[str, str, str, str, str]], int, int]:
     for ex in EXERCISES.values():
         e = entry(data.get(ex.id))
         if e is None:
-            rows.append((ex.id, ex.notebook, "·", "not run", ""))
+            rows.append((ex.id, ex.notebook, "·", T("not_run"), ""))
             continue
         done += e["passed"]
         best = _describe({**e["best"], "status": None})
-        status = f"passed {best}" if e["passed"] else f"not passed yet (best: {best})"
+        status = T("passed", best=best) if e["passed"] else T("not_passed", best=best)
         rows.append((ex.id, ex.notebook, "✓" if e["passed"] else "✗", status, _describe(e["last"])))
     return rows, done, len(EXERCISES)
 
 
-_HEADINGS = ("exercise", "notebook", "", "status (best run)", "last run")
+def headings() -> tuple[str, ...]:
+    return T("col_exercise"), T("col_notebook"), "", T("col_status"), T("col_last")
 
 
 def table() -> str:
+    from .reports import ljust, width
+
     rows, done, total = _rows()
-    widths = [max(len(row[i]) for row in [_HEADINGS, *rows]) for i in range(len(_HEADINGS))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [_HEADINGS, *rows]]
-    lines.append(f"\n{done}/{total} exercises passed  (stored in {path()})")
+    head = headings()
+    widths = [max(width(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(ljust(cell, w) for cell, w in zip(row, widths)).rstrip() for row in [head, *rows]]
+    lines.append("\n" + T("summary", done=done, total=total, path=path()))
     return "\n".join(lines)
 
 
 def table_html() -> str:
     rows, done, total = _rows()
     colour = {"✓": "#1a7f37", "✗": "#cf222e", "·": "inherit"}
-    head = "".join(f'<th style="text-align:left">{escape(h)}</th>' for h in _HEADINGS)
+    head = "".join(f'<th style="text-align:left">{escape(h)}</th>' for h in headings())
     body = "".join(f"<tr><td style=\"text-align:left\">{escape(ex)}</td><td style=\"text-align:left\">"
                    f"{escape(nb)}</td><td style=\"color:{colour[mark]}\"><b>{mark}</b></td>"
                    f"<td style=\"text-align:left\">{escape(status)}</td><td style=\"text-align:left;opacity:.8\">"
                    f"{escape(last)}</td></tr>" for ex, nb, mark, status, last in rows)
     return (f'<table style="font-size:90%"><tr>{head}</tr>{body}</table>'
-            f'<div style="opacity:.7;font-size:90%">{done}/{total} exercises passed (stored in '
-            f"{escape(str(path()))})</div>")
+            f'<div style="opacity:.7;font-size:90%">'
+            f'{escape(T("summary_html", done=done, total=total, path=path()))}</div>')
 
 
 def show() -> None:

@@ -27,14 +27,127 @@ import html
 import io
 import json
 import math
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import config
+from . import config, messages
 from .device import GPU_SMEM_LIMITS, attention_smem_bytes
+from .messages import Text, catalogue
+
+T = catalogue("visuals", {
+    # ---- tile walker: the figure
+    "skip": ("skip", "跳过"),
+    "kind_full": ("full", "完整"),
+    "kind_masked": ("masked", "带 mask"),
+    "kind_skipped": ("skipped", "跳过"),
+    "key_axis": ("key index j  (Nk = {n_k}, BLOCK_N = {block_n})", "key 索引 j（Nk = {n_k}，BLOCK_N = {block_n}）"),
+    "query_axis": ("query index i  (Nq = {n_q}, BLOCK_M = {block_m})",
+                   "query 索引 i（Nq = {n_q}，BLOCK_M = {block_m}）"),
+    "legend_full": ("full: no mask", "完整：不需要 mask"),
+    "legend_masked": ("masked: ragged edge or diagonal", "带 mask：非整块的边缘或对角线"),
+    "legend_skipped": ("skipped: nothing visible", "跳过：没有可见的分数"),
+    "row": ("row {row}", "第 {row} 行"),
+    "running_max": ("running max m", "运行最大值 m"),
+    "steps_axis": ("step (K/V tiles processed)", "步数（已处理的 K/V tile 数）"),
+    "walk_title": ("program {program} (blue): step {step} of {steps}, K/V tile {tile} (red, {kind})\n{full} full, "
+                   "{masked} masked",
+                   "program {program}（蓝框）：第 {step}/{steps} 步，K/V tile {tile}（红框，{kind}）\n"
+                   "{full} 个完整，{masked} 个带 mask"),
+    "walk_title_causal": ("program {program} (blue): step {step} of {steps}, K/V tile {tile} (red, {kind})\n"
+                          "{full} full, {masked} masked, {skipped} skipped",
+                          "program {program}（蓝框）：第 {step}/{steps} 步，K/V tile {tile}（红框，{kind}）\n"
+                          "{full} 个完整，{masked} 个带 mask，{skipped} 个跳过"),
+    # ---- tile walker: the status line under it
+    "past_nq_nk": ("sticks out past Nq and Nk", "超出了 Nq 和 Nk"),
+    "past_nq": ("sticks out past Nq", "超出了 Nq"),
+    "past_nk": ("sticks out past Nk", "超出了 Nk"),
+    "diagonal": ("the causal diagonal crosses it", "因果对角线穿过它"),
+    "sep": ("; ", "；"),
+    "comma": (", ", "、"),
+    "kind_because": ("{kind} ({why})", "{kind}（{why}）"),
+    "kind_no_mask": ("{kind} (every score visible: no mask)", "{kind}（所有分数都可见：不需要 mask）"),
+    "walk_head": ("<b>program {program}</b> (query rows {r0}–{r1}) · <b>step {step} of {steps}</b>: K/V tile {tile}, "
+                  "keys {c0}–{c1} · {kind}",
+                  "<b>program {program}</b>（query 行 {r0}–{r1}）· <b>第 {step}/{steps} 步</b>：K/V tile {tile}，"
+                  "key {c0}–{c1} · {kind}"),
+    "col_row": ("row", "行"),
+    "col_tile_max": ("tile max", "tile 最大值"),
+    "walk_last": ("last tile done: O = acc / l for the whole query block differs from softmax(S)·V by <b>{err}</b> "
+                  "(fp64)",
+                  "最后一个 tile 处理完了：整个 query 块的 O = acc / l 与 softmax(S)·V 相差 <b>{err}</b>（fp64）"),
+    "walk_first": ("first tile: m_old = −∞, so alpha = 0 and l is simply this tile's row sum",
+                   "第一个 tile：m_old = −∞，所以 alpha = 0，l 就是这个 tile 的行和"),
+    # ---- widget controls
+    "w_step": ("step", "步"),
+    "w_play": ("play", "播放"),
+    "w_causal": ("causal", "因果"),
+    "w_program": ("program (Q block)", "program（Q 块）"),
+    "w_block": ("block", "块大小"),
+    "w_memory": ("memory", "显存"),
+    # ---- softmax stepper
+    "bad_row": ("the row must be non-empty and the block size >= 1", "这一行不能为空，块大小必须 >= 1"),
+    "stepper_title": ("step {step} of {steps}: block {block} = keys {first}–{last} (orange); blue: already consumed; "
+                      "grey: not seen yet",
+                      "第 {step}/{steps} 步：块 {block} = key {first}–{last}（橙色）；蓝色：已经处理过；"
+                      "灰色：还没看到"),
+    "score_axis": ("score $s_c$", "分数 s_c"),  # mathtext has no CJK fallback: no $...$ around Chinese
+    "weights_so_far": ("exp(s − m) / l  (so far)", "exp(s − m) / l（到目前为止）"),
+    "softmax_full_row": ("softmax(s) of the full row", "整行的 softmax(s)"),
+    "key_c": ("key c", "key 索引 c"),
+    "weight": ("weight", "权重"),
+    "o_so_far": ("o = acc / l (so far)", "o = acc / l（到目前为止）"),
+    "output_component": ("output component", "输出分量"),
+    "block_max": ("block max", "块最大值"),
+    "alpha_first": ("{alpha}  (first block: the empty state has weight 0)", "{alpha}（第一个块：空状态的权重为 0）"),
+    "alpha_grew": ("{alpha}  (the max grew: old terms shrink)", "{alpha}（最大值变大了：旧的项要缩小）"),
+    "alpha_same": ("{alpha}  (max unchanged)", "{alpha}（最大值没变）"),
+    "stepper_head": ("<b>step {step} of {steps}</b>: keys {first}–{last}",
+                     "<b>第 {step}/{steps} 步</b>：key {first}–{last}"),
+    "stepper_done": ("all blocks consumed: max |exp(s − m)/l − softmax(s)| = {p_err}, max |o − softmax(s)·v| = {o_err}",
+                     "所有块都处理完了：max |exp(s − m)/l − softmax(s)| = {p_err}，max |o − softmax(s)·v| = {o_err}"),
+    # ---- shared memory
+    "this_gpu": ("this GPU: {gpu}", "当前 GPU：{gpu}"),
+    "fits": ("fits", "放得下"),
+    "would_not_launch": ("would not launch", "无法启动"),
+    "q_tile": ("Q tile {block_m}×{d}", "Q tile：{block_m}×{d}"),
+    "k_tiles": ("K tiles {stages}× {block_n}×{d}", "K tile：{stages} 份 × {block_n}×{d}"),
+    "v_tiles": ("V tiles {stages}× {block_n}×{d}", "V tile：{stages} 份 × {block_n}×{d}"),
+    "needed": ("needed", "所需"),
+    "smem_axis": ("shared memory per program, KiB", "每个 program 的共享内存（KiB）"),
+    "sram_title": ("BLOCK_M={block_m}, BLOCK_N={block_n}, D={d}, {dtype}, num_stages={stages}:  "
+                   "{nbytes}·{d}·({block_m} + {stages}·2·{block_n}) = {need} bytes",
+                   "BLOCK_M={block_m}，BLOCK_N={block_n}，D={d}，{dtype}，num_stages={stages}：  "
+                   "{nbytes}·{d}·({block_m} + {stages}·2·{block_n}) = {need} 字节"),
+    "fits_everywhere": ("fits on every GPU listed", "列出的 GPU 都放得下"),
+    "over_limit": ("over the per-program limit of {gpus}: <b>would not launch</b> there (Triton raises "
+                   "<code>OutOfResources: out of resource: shared memory</code>)",
+                   "超出了 {gpus} 上每个 program 的上限：在这些 GPU 上<b>无法启动</b>（Triton 会抛出 "
+                   "<code>OutOfResources: out of resource: shared memory</code>）"),
+    "sram_status": ("Q tile {block_m}×{d}×{nbytes} B = {q} · K and V tiles {stages} stages × 2 × "
+                    "{block_n}×{d}×{nbytes} B = {kv} · <b>total {need}</b>: {verdict}",
+                    "Q tile {block_m}×{d}×{nbytes} B = {q} · K 和 V 的 tile：{stages} 个 stage × 2 × "
+                    "{block_n}×{d}×{nbytes} B = {kv} · <b>共 {need}</b>：{verdict}"),
+    "bad_dtype": ("dtype must be one of {choices}, got {dtype}", "dtype 必须是 {choices} 之一，传入的是 {dtype}"),
+    # ---- benchmark results
+    "no_results_at": ("no benchmark results at {path}", "{path} 处没有基准测试结果"),
+    "no_results": ("no benchmark results found (looked for {paths})", "没有找到基准测试结果（找过 {paths}）"),
+    "cannot_read": ("cannot read {path}: {error}", "无法读取 {path}：{error}"),
+    "no_rows": ("no measured rows", "没有测量数据"),
+    "run_suite": ("run `python -m grader.tools.suite` on a GPU to make some",
+                  "在 GPU 上运行 `python -m grader.tools.suite` 生成一份"),
+    "nothing_measured": ("nothing measured for this choice", "这个组合没有测量数据"),
+    "seq_len": ("sequence length N", "序列长度 N"),
+    "tflops_axis": ("TFLOP/s (higher is better)", "TFLOP/s（越高越好）"),
+    "memory_axis": ("peak extra memory, MiB", "峰值额外显存（MiB）"),
+    "causal": ("causal", "因果"),
+    "not_causal": ("not causal", "非因果"),
+    "measured_rows": ("{where}: {n} measured rows", "{where}：{n} 行测量数据"),
+})
 
 STATIC_ENV = config.STATIC_VISUALS.name
 
@@ -66,6 +179,77 @@ def _interactive(flag: bool | None) -> bool:
     return widgets_available() if flag is None else bool(flag)
 
 
+# ============================================================================================ text in figures
+#: font families with the Chinese glyphs, in order of preference (matplotlib's default DejaVu Sans has none)
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN",  # not shown
+             "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "SimHei", "Microsoft YaHei", "PingFang SC",  # not shown
+             "Heiti SC")
+
+
+def cjk_font() -> str | None:
+    """The first family of CJK_FONTS that matplotlib can use here, or None."""
+    from matplotlib import font_manager
+
+    have = {f.name for f in font_manager.fontManager.ttflist}
+    return next((name for name in CJK_FONTS if name in have), None)
+
+
+@dataclass(frozen=True)
+class PlotText:
+    """How one figure writes its text: in the language in force, except Chinese without a CJK font installed, where
+    it falls back to English (a figure never draws boxes for missing glyphs). Widgets' HTML needs no such care."""
+
+    lang: str  # "en" or "zh"
+    font: str | None = None  # the CJK family drawn with when lang is "zh"
+
+    def __call__(self, render: Callable[..., str], key: str, **values: object) -> str:
+        """The message `key` of the catalogue behind `render` (a module's T), in this figure's language."""
+        return self.text(messages.later(render, key, **values))
+
+    def text(self, message: Text | str) -> str:
+        """A messages.Text in this figure's language (a plain string as it is)."""
+        if not isinstance(message, Text):
+            return str(message)
+        text = messages.CATALOGUE[message.msg_id][self.lang]
+        return text.format(**message.values) if message.values or messages.fields(text) else text
+
+    def rc(self) -> dict:
+        """rcParams for matplotlib.rc_context while the figure is made and drawn: the CJK family as a fallback
+        after the usual ones, so Latin letters and digits look as in the English figures."""
+        if self.font is None:
+            return {}
+        import matplotlib
+
+        families = [f for f in matplotlib.rcParams["font.family"] if f != self.font]
+        return {"font.family": [*families, self.font]}
+
+
+def plot_text() -> PlotText:
+    """The PlotText for a figure made now (grader.benchmark's plots use it too)."""
+    if messages.language() != "zh":
+        return PlotText("en")
+    font = cjk_font()
+    return PlotText("zh", font) if font else PlotText("en")
+
+
+@contextmanager
+def figure_fonts(pt: PlotText):
+    """The context to make a figure in (its texts take their fonts when they are created) and to draw it in."""
+    import logging
+
+    import matplotlib
+
+    log = logging.getLogger("matplotlib.font_manager")
+    level = log.level
+    if pt.font is not None:  # bold digits with a one-weight CJK family as the fallback: findfont's "using 400"
+        log.setLevel(logging.ERROR)
+    try:
+        with matplotlib.rc_context(pt.rc()):
+            yield
+    finally:
+        log.setLevel(level)
+
+
 # ============================================================================================ drawing helpers
 def _figure(w: float, h: float):
     """A Figure outside pyplot: never auto-shown twice by the inline backend, safe without a display."""
@@ -82,7 +266,8 @@ def _static(fig):
 
 def _png(fig, dpi: int = 96) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    with figure_fonts(getattr(fig, "fac_text", PlotText("en"))):
+        fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
 
 
@@ -253,7 +438,7 @@ def tile_walk(n_q: int = 200, n_k: int = 300, block_m: int = 64, block_n: int = 
                     float(np.abs(out - ref).max()), s)
 
 
-def _draw_tiles(ax, walk: TileWalk, step: int) -> None:
+def _draw_tiles(ax, walk: TileWalk, step: int, pt: PlotText) -> None:
     from matplotlib.patches import Rectangle
 
     bm, bn = walk.block_m, walk.block_n
@@ -275,7 +460,7 @@ def _draw_tiles(ax, walk: TileWalk, step: int) -> None:
                                    facecolor=_TILE_COLOURS[t.kind], alpha=fade, hatch=hatch, edgecolor="white",
                                    linewidth=1.0))
             if mine and label_tiles:
-                text = str(n) if n is not None else "skip"
+                text = str(n) if n is not None else pt(T, "skip")
                 ax.text(t.col_start + (t.col_stop - t.col_start) / 2, t.row_start + (t.row_stop - t.row_start) / 2,
                         text, ha="center", va="center", fontsize=8 if n is not None else 7,
                         fontweight="bold" if done else "normal", color="black" if done else "0.45")
@@ -295,27 +480,27 @@ def _draw_tiles(ax, walk: TileWalk, step: int) -> None:
     ax.set_ylim(n_qb * bm + 1, -1)
     ratio = (n_qb * bm) / (n_kb * bn)
     ax.set_aspect("equal" if 0.25 < ratio < 4 else "auto")
-    ax.set_xlabel(f"key index j  (Nk = {walk.n_k}, BLOCK_N = {bn})", fontsize=9)
-    ax.set_ylabel(f"query index i  (Nq = {walk.n_q}, BLOCK_M = {bm})", fontsize=9)
+    ax.set_xlabel(pt(T, "key_axis", n_k=walk.n_k, block_n=bn), fontsize=9)
+    ax.set_ylabel(pt(T, "query_axis", n_q=walk.n_q, block_m=bm), fontsize=9)
     ax.tick_params(labelsize=8)
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor=_TILE_COLOURS[FULL], label="full: no mask"),
-               Patch(facecolor=_TILE_COLOURS[MASKED], label="masked: ragged edge or diagonal")]
+    handles = [Patch(facecolor=_TILE_COLOURS[FULL], label=pt(T, "legend_full")),
+               Patch(facecolor=_TILE_COLOURS[MASKED], label=pt(T, "legend_masked"))]
     if walk.causal:
-        handles.append(Patch(facecolor=_TILE_COLOURS[SKIPPED], hatch="//", label="skipped: nothing visible"))
+        handles.append(Patch(facecolor=_TILE_COLOURS[SKIPPED], hatch="//", label=pt(T, "legend_skipped")))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), fontsize=7.5,
               frameon=False)
 
 
-def _draw_walk_curves(ax_m, ax_a, walk: TileWalk, step: int) -> None:
+def _draw_walk_curves(ax_m, ax_a, walk: TileWalk, step: int, pt: PlotText) -> None:
     xs = np.arange(1, len(walk.steps) + 1)
     for n, r in enumerate(walk.rows):
         c = _ROW_COLOURS[n % len(_ROW_COLOURS)]
         ms = np.array([s.m[n] for s in walk.steps])
         al = np.array([s.alpha[n] for s in walk.steps])
         ax_m.plot(xs, ms, "-", color=c, alpha=0.25)
-        ax_m.plot(xs[:step], ms[:step], "o-", color=c, ms=4, label=f"row {r}")
+        ax_m.plot(xs[:step], ms[:step], "o-", color=c, ms=4, label=pt(T, "row", row=r))
         ax_a.plot(xs, al, "-", color=c, alpha=0.25)
         ax_a.plot(xs[:step], al[:step], "s-", color=c, ms=4)
     for ax in (ax_m, ax_a):
@@ -324,24 +509,30 @@ def _draw_walk_curves(ax_m, ax_a, walk: TileWalk, step: int) -> None:
         ax.tick_params(labelsize=8)
         ax.set_xlim(0.5, max(1, len(walk.steps)) + 0.5)
         ax.set_xticks(xs if len(xs) <= 20 else xs[:: math.ceil(len(xs) / 20)])
-    ax_m.set_ylabel("running max m", fontsize=9)
+    ax_m.set_ylabel(pt(T, "running_max"), fontsize=9)
     ax_m.legend(fontsize=7, loc="lower right")
     ax_a.set_ylabel(r"$\alpha = e^{m_{old} - m_{new}}$", fontsize=9)
     ax_a.set_ylim(-0.05, 1.08)
-    ax_a.set_xlabel("step (K/V tiles processed)", fontsize=9)
+    ax_a.set_xlabel(pt(T, "steps_axis"), fontsize=9)
+
+
+_KIND_KEYS = {FULL: "kind_full", MASKED: "kind_masked", SKIPPED: "kind_skipped"}
 
 
 def _walk_figure(walk: TileWalk, step: int):
-    fig = _figure(12, 5.2)
-    gs = fig.add_gridspec(2, 2, width_ratios=[1.6, 1])
-    ax = fig.add_subplot(gs[:, 0])
-    _draw_tiles(ax, walk, step)
-    _draw_walk_curves(fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, 1]), walk, step)
-    t = walk.steps[step - 1].tile
-    c = walk.counts
-    ax.set_title(f"program {walk.q_block} (blue): step {step} of {len(walk.steps)}, K/V tile {t.k_block} "
-                 f"(red, {t.kind})\n{c[FULL]} full, {c[MASKED]} masked"
-                 + (f", {c[SKIPPED]} skipped" if walk.causal else ""), fontsize=10)
+    pt = plot_text()
+    with figure_fonts(pt):
+        fig = _figure(12, 5.2)
+        gs = fig.add_gridspec(2, 2, width_ratios=[1.6, 1])
+        ax = fig.add_subplot(gs[:, 0])
+        _draw_tiles(ax, walk, step, pt)
+        _draw_walk_curves(fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, 1]), walk, step, pt)
+        t = walk.steps[step - 1].tile
+        c = walk.counts
+        ax.set_title(pt(T, "walk_title_causal" if walk.causal else "walk_title", program=walk.q_block, step=step,
+                        steps=len(walk.steps), tile=t.k_block, kind=pt(T, _KIND_KEYS[t.kind]), full=c[FULL],
+                        masked=c[MASKED], skipped=c[SKIPPED]), fontsize=10)
+    fig.fac_text = pt
     return fig
 
 
@@ -350,37 +541,38 @@ def _walk_status(walk: TileWalk, step: int) -> str:
     t = s.tile
     why = []
     if t.ragged:
-        why.append("sticks out past " + ("Nq and Nk" if (t.row_stop - t.row_start < walk.block_m and
-                                                       t.col_stop - t.col_start < walk.block_n)
-                                         else "Nq" if t.row_stop - t.row_start < walk.block_m else "Nk"))
+        short_q, short_k = t.row_stop - t.row_start < walk.block_m, t.col_stop - t.col_start < walk.block_n
+        why.append(T("past_nq_nk" if short_q and short_k else "past_nq" if short_q else "past_nk"))
     if t.causal_masked:
-        why.append("the causal diagonal crosses it")
-    kind = t.kind + (f" ({'; '.join(why)})" if why else " (every score visible: no mask)")
-    head = (f"<div class='fac-status'><b>program {walk.q_block}</b> (query rows {t.row_start}–{t.row_stop - 1}) · "
-            f"<b>step {s.index} of {len(walk.steps)}</b>: K/V tile {t.k_block}, keys {t.col_start}–{t.col_stop - 1}"
-            f" · {html.escape(kind)}</div>")
+        why.append(T("diagonal"))
+    kind = T(_KIND_KEYS[t.kind])
+    kind = T("kind_because", kind=kind, why=T("sep").join(why)) if why else T("kind_no_mask", kind=kind)
+    head = ("<div class='fac-status'>"
+            + T("walk_head", program=walk.q_block, r0=t.row_start, r1=t.row_stop - 1, step=s.index,
+                steps=len(walk.steps), tile=t.k_block, c0=t.col_start, c1=t.col_stop - 1, kind=html.escape(kind))
+            + "</div>")
     pad = "style='padding:1px 10px;text-align:right'"
     cells = "".join(
         f"<tr><td {pad}>{r}</td><td {pad}>{_fmt(s.m_old[n])}</td><td {pad}>{_fmt(s.tile_max[n])}</td>"
         f"<td {pad}><b>{_fmt(s.m[n])}</b></td><td {pad}><b>{_fmt(s.alpha[n])}</b></td><td {pad}>{_fmt(s.ell[n])}</td>"
         "</tr>" for n, r in enumerate(walk.rows))
-    header = "".join(f"<th {pad}>{h}</th>" for h in ("row", "m_old", "tile max", "m_new", "alpha", "l"))
+    header = "".join(f"<th {pad}>{html.escape(h)}</th>"
+                     for h in (T("col_row"), "m_old", T("col_tile_max"), "m_new", "alpha", "l"))
     table = ("<table class='fac-table' style='border-collapse:collapse;font-family:monospace;font-size:12px'>"
              f"<tr>{header}</tr>{cells}</table>")
     foot = ""
     if s.index == len(walk.steps):
-        foot = (f"<div>last tile done: O = acc / l for the whole query block differs from softmax(S)·V by "
-                f"<b>{walk.max_error:.1e}</b> (fp64)</div>")
+        foot = f"<div>{T('walk_last', err=f'{walk.max_error:.1e}')}</div>"
     elif s.index == 1:
-        foot = "<div>first tile: m_old = −∞, so alpha = 0 and l is simply this tile's row sum</div>"
+        foot = f"<div>{T('walk_first')}</div>"
     return head + table + foot
 
 
 def _step_controls(W):
     """A step slider with a linked play button, and the image and status line they drive."""
-    w_step = W.IntSlider(value=1, min=1, max=1, description="step", layout=W.Layout(width="360px"))
+    w_step = W.IntSlider(value=1, min=1, max=1, description=T("w_step"), layout=W.Layout(width="360px"))
     w_step.add_class("fac-step")
-    w_play = W.Play(value=1, min=1, max=1, interval=900, description="play", show_repeat=False)
+    w_play = W.Play(value=1, min=1, max=1, interval=900, description=T("w_play"), show_repeat=False)
     W.jslink((w_play, "value"), (w_step, "value"))
     return w_step, w_play, W.Image(format="png", layout=W.Layout(max_width="100%")), W.HTML()
 
@@ -408,8 +600,8 @@ def tile_walker(n_q: int = 200, n_k: int = 300, block_m: int = 64, block_n: int 
                       layout=W.Layout(width="160px"), style=style)
     w_bn = W.Dropdown(options=sorted(set(blocks + [block_n])), value=block_n, description="BLOCK_N",
                       layout=W.Layout(width="160px"), style=style)
-    w_causal = W.Checkbox(value=causal, description="causal", indent=False, layout=W.Layout(width="90px"))
-    w_qb = W.IntSlider(value=0, min=0, max=0, description="program (Q block)", style=style,
+    w_causal = W.Checkbox(value=causal, description=T("w_causal"), indent=False, layout=W.Layout(width="90px"))
+    w_qb = W.IntSlider(value=0, min=0, max=0, description=T("w_program"), style=style,
                        layout=W.Layout(width="320px"))
     w_step, w_play, image, status = _step_controls(W)
     state: dict[str, Any] = {}
@@ -477,7 +669,7 @@ def online_softmax_steps(row, block: int = 8, v=None, seed: int = 0) -> tuple[li
     """Consume `row` in blocks of `block` keeping (m, l, acc) in fp64; returns the steps and the values v."""
     x = np.asarray(row, dtype=np.float64).reshape(-1)
     if x.size == 0 or block < 1:
-        raise ValueError("the row must be non-empty and the block size >= 1")
+        raise ValueError(T("bad_row"))
     if v is None:
         v = np.random.default_rng(seed + 1).standard_normal((x.size, 4))
     v = np.asarray(v, dtype=np.float64).reshape(x.size, -1)
@@ -506,6 +698,14 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def _stepper_figure(x: np.ndarray, v: np.ndarray, steps: list[SoftmaxStep], k: int):
+    pt = plot_text()
+    with figure_fonts(pt):
+        fig = _stepper_axes(x, v, steps, k, pt)
+    fig.fac_text = pt
+    return fig
+
+
+def _stepper_axes(x: np.ndarray, v: np.ndarray, steps: list[SoftmaxStep], k: int, pt: PlotText):
     s = steps[k - 1]
     fig = _figure(11, 5.6)
     gs = fig.add_gridspec(2, 2, height_ratios=[1.15, 1], width_ratios=[2.2, 1])
@@ -521,27 +721,27 @@ def _stepper_figure(x: np.ndarray, v: np.ndarray, steps: list[SoftmaxStep], k: i
     if math.isfinite(s.m_old):
         ax.axhline(s.m_old, color="tab:red", linewidth=1.0, linestyle="--", alpha=0.6,
                    label=f"m_old = {s.m_old:.3f}")
-    ax.set_title(f"step {k} of {len(steps)}: block {k - 1} = keys {s.start}–{s.stop - 1} (orange); "
-                 f"blue: already consumed; grey: not seen yet", fontsize=10)
-    ax.set_ylabel("score $s_c$", fontsize=9)
+    ax.set_title(pt(T, "stepper_title", step=k, steps=len(steps), block=k - 1, first=s.start, last=s.stop - 1),
+                 fontsize=10)
+    ax.set_ylabel(pt(T, "score_axis"), fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(True, axis="y", alpha=0.3)
     # the weights as the state sees them now, against the final softmax
     seen = idx < s.stop
     with np.errstate(invalid="ignore", over="ignore"):
         w_now = np.where(seen & np.isfinite(x), np.exp(x - s.m) / s.ell if s.ell > 0 else 0.0, 0.0)
-    axp.bar(idx, w_now, color=np.where(seen, "tab:blue", "0.8"), width=0.85, label="exp(s − m) / l  (so far)")
-    axp.plot(idx, _softmax(x), "k.", ms=5, label="softmax(s) of the full row")
-    axp.set_xlabel("key c", fontsize=9)
-    axp.set_ylabel("weight", fontsize=9)
+    axp.bar(idx, w_now, color=np.where(seen, "tab:blue", "0.8"), width=0.85, label=pt(T, "weights_so_far"))
+    axp.plot(idx, _softmax(x), "k.", ms=5, label=pt(T, "softmax_full_row"))
+    axp.set_xlabel(pt(T, "key_c"), fontsize=9)
+    axp.set_ylabel(pt(T, "weight"), fontsize=9)
     axp.legend(fontsize=7.5, loc="upper left")
     axp.grid(True, axis="y", alpha=0.3)
     o_ref = _softmax(x) @ v
     dims = np.arange(v.shape[1])
-    axo.bar(dims - 0.18, np.nan_to_num(s.o), width=0.36, color="tab:blue", label="o = acc / l (so far)")
+    axo.bar(dims - 0.18, np.nan_to_num(s.o), width=0.36, color="tab:blue", label=pt(T, "o_so_far"))
     axo.bar(dims + 0.18, o_ref, width=0.36, color="0.3", label="softmax(s) · v")
     axo.set_xticks(dims)
-    axo.set_xlabel("output component", fontsize=9)
+    axo.set_xlabel(pt(T, "output_component"), fontsize=9)
     axo.legend(fontsize=7.5)
     axo.grid(True, axis="y", alpha=0.3)
     for a in (ax, axp, axo):
@@ -552,21 +752,21 @@ def _stepper_figure(x: np.ndarray, v: np.ndarray, steps: list[SoftmaxStep], k: i
 def _stepper_status(x: np.ndarray, v: np.ndarray, steps: list[SoftmaxStep], k: int) -> str:
     s = steps[k - 1]
     o = ", ".join(_fmt(float(t)) for t in s.o)
-    rows = [("block max", _fmt(s.block_max)), ("m_old → m", f"{_fmt(s.m_old)} → {_fmt(s.m)}"),
-            ("alpha = exp(m_old − m)", _fmt(s.alpha) + ("  (first block: the empty state has weight 0)"
-                                                         if k == 1 else "  (the max grew: old terms shrink)"
-                                                         if s.alpha < 1 else "  (max unchanged)")),
+    note = "alpha_first" if k == 1 else "alpha_grew" if s.alpha < 1 else "alpha_same"
+    rows = [(T("block_max"), _fmt(s.block_max)), ("m_old → m", f"{_fmt(s.m_old)} → {_fmt(s.m)}"),
+            ("alpha = exp(m_old − m)", T(note, alpha=_fmt(s.alpha))),
             ("l = alpha·l_old + Σ exp(s − m)", _fmt(s.ell)), ("o = acc / l", f"[{o}]")]
     body = "".join(f"<tr><td style='padding:1px 12px 1px 0'>{html.escape(a)}</td><td><b>{html.escape(b)}</b></td></tr>"
                    for a, b in rows)
-    out = (f"<div class='fac-status'><b>step {k} of {len(steps)}</b>: keys {s.start}–{s.stop - 1}</div>"
-           f"<table style='font-family:monospace;font-size:12px'>{body}</table>")
+    out = (f"<div class='fac-status'>{T('stepper_head', step=k, steps=len(steps), first=s.start, last=s.stop - 1)}"
+           f"</div><table style='font-family:monospace;font-size:12px'>{body}</table>")
     if k == len(steps):
         p = _softmax(x)
         with np.errstate(invalid="ignore", over="ignore"):
             p_online = np.where(np.isfinite(x), np.exp(x - s.m) / s.ell, 0.0) if s.ell > 0 else np.zeros_like(x)
-        out += (f"<div>all blocks consumed: max |exp(s − m)/l − softmax(s)| = {np.abs(p_online - p).max():.1e}, "
-                f"max |o − softmax(s)·v| = {np.nan_to_num(np.abs(s.o - p @ v), nan=np.inf).max():.1e}</div>")
+        p_err = f"{np.abs(p_online - p).max():.1e}"
+        o_err = f"{np.nan_to_num(np.abs(s.o - p @ v), nan=np.inf).max():.1e}"
+        out += f"<div>{html.escape(T('stepper_done', p_err=p_err, o_err=o_err))}</div>"
     return out
 
 
@@ -584,7 +784,7 @@ def softmax_stepper(row=None, block: int = 8, step: int | None = None, seed: int
         return _static(_stepper_figure(x, v, steps, len(steps) if step is None else max(1, min(step, len(steps)))))
     import ipywidgets as W
 
-    w_block = W.Dropdown(options=sorted({2, 4, 8, 16, block}), value=block, description="block",
+    w_block = W.Dropdown(options=sorted({2, 4, 8, 16, block}), value=block, description=T("w_block"),
                          layout=W.Layout(width="150px"))
     w_step, w_play, image, status = _step_controls(W)
     state: dict[str, Any] = {}
@@ -640,8 +840,19 @@ def smem_limits(env=None) -> dict[str, int]:
             except Exception:  # noqa: BLE001 - a picture must not fail on a broken GPU setup
                 env = None
     if env is not None and not getattr(env, "interpreter", True) and getattr(env, "shared_memory_per_block", None):
-        limits[f"this GPU: {env.gpu_name}"] = int(env.shared_memory_per_block)
+        limits[THIS_GPU + env.gpu_name] = int(env.shared_memory_per_block)
     return limits
+
+
+THIS_GPU = "this GPU: "  # smem_limits' key for the GPU in use (an English key, shown as _limit_name says)
+
+
+def _limit_name(name: str, pt: PlotText | None = None) -> str:
+    """A key of smem_limits as shown (in a figure: in its language): the GPU in use said in words."""
+    if not name.startswith(THIS_GPU):
+        return name
+    gpu = name[len(THIS_GPU):]
+    return pt(T, "this_gpu", gpu=gpu) if pt is not None else T("this_gpu", gpu=gpu)
 
 
 def _kib(b: float) -> str:
@@ -649,6 +860,14 @@ def _kib(b: float) -> str:
 
 
 def _sram_figure(block_m, block_n, d, dtype, num_stages, limits):
+    pt = plot_text()
+    with figure_fonts(pt):
+        fig = _sram_axes(block_m, block_n, d, dtype, num_stages, limits, pt)
+    fig.fac_text = pt
+    return fig
+
+
+def _sram_axes(block_m, block_n, d, dtype, num_stages, limits, pt: PlotText):
     nbytes = DTYPE_BYTES[dtype]
     q = nbytes * d * block_m
     kv = nbytes * d * block_n * num_stages
@@ -660,23 +879,23 @@ def _sram_figure(block_m, block_n, d, dtype, num_stages, limits):
     fits = [limits[n] >= need for n in names]
     ax.bar(xs, [limits[n] / 1024 for n in names], color=["#93d3a2" if f else "#f28b82" for f in fits], width=0.6)
     for x, n, f in zip(xs, names, fits):
-        ax.text(x, limits[n] / 1024, f"{limits[n] // 1024} KiB\n{'fits' if f else 'would not launch'}",
+        ax.text(x, limits[n] / 1024, f"{limits[n] // 1024} KiB\n{pt(T, 'fits' if f else 'would_not_launch')}",
                 ha="center", va="bottom", fontsize=8)
-    ax.bar([0], [q / 1024], width=0.6, color="tab:orange", label=f"Q tile {block_m}×{d}")
+    ax.bar([0], [q / 1024], width=0.6, color="tab:orange", label=pt(T, "q_tile", block_m=block_m, d=d))
     ax.bar([0], [kv / 1024], bottom=[q / 1024], width=0.6, color="tab:blue",
-           label=f"K tiles {num_stages}× {block_n}×{d}")
+           label=pt(T, "k_tiles", stages=num_stages, block_n=block_n, d=d))
     ax.bar([0], [kv / 1024], bottom=[(q + kv) / 1024], width=0.6, color="tab:purple",
-           label=f"V tiles {num_stages}× {block_n}×{d}")
+           label=pt(T, "v_tiles", stages=num_stages, block_n=block_n, d=d))
     ax.axhline(need / 1024, color="black", linestyle="--", linewidth=1)
     ax.text(0, need / 1024, f"{_kib(need)}\n", ha="center", va="bottom", fontsize=9, fontweight="bold")
     ax.set_xticks([0] + list(xs))
-    ax.set_xticklabels(["needed"] + names, fontsize=8)
-    ax.set_ylabel("shared memory per program, KiB", fontsize=9)
+    ax.set_xticklabels([pt(T, "needed")] + [_limit_name(n, pt) for n in names], fontsize=8)
+    ax.set_ylabel(pt(T, "smem_axis"), fontsize=9)
     ax.set_ylim(0, max(max(limits.values()), need) / 1024 * 1.22)
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.set_title(f"BLOCK_M={block_m}, BLOCK_N={block_n}, D={d}, {dtype}, num_stages={num_stages}:  "
-                 f"{nbytes}·{d}·({block_m} + {num_stages}·2·{block_n}) = {need:,} bytes", fontsize=10)
+    ax.set_title(pt(T, "sram_title", block_m=block_m, block_n=block_n, d=d, dtype=dtype, stages=num_stages,
+                    nbytes=nbytes, need=f"{need:,}"), fontsize=10)
     return fig
 
 
@@ -684,13 +903,11 @@ def _sram_status(block_m, block_n, d, dtype, num_stages, limits) -> str:
     nbytes = DTYPE_BYTES[dtype]
     need = attention_smem_bytes(block_m, block_n, d, nbytes, num_stages)
     bad = [n for n, lim in limits.items() if lim < need]
-    verdict = ("fits on every GPU listed" if not bad else
-               "over the per-program limit of " + ", ".join(html.escape(n) for n in bad) +
-               ": <b>would not launch</b> there (Triton raises <code>OutOfResources: out of resource: shared "
-               "memory</code>)")
-    return (f"<div class='fac-status'>Q tile {block_m}×{d}×{nbytes} B = {_kib(nbytes * d * block_m)} · "
-            f"K and V tiles {num_stages} stages × 2 × {block_n}×{d}×{nbytes} B = "
-            f"{_kib(2 * nbytes * d * block_n * num_stages)} · <b>total {_kib(need)}</b>: {verdict}</div>")
+    verdict = T("fits_everywhere") if not bad else \
+        T("over_limit", gpus=T("comma").join(html.escape(_limit_name(n)) for n in bad))
+    status = T("sram_status", block_m=block_m, d=d, nbytes=nbytes, q=_kib(nbytes * d * block_m), stages=num_stages,
+               block_n=block_n, kv=_kib(2 * nbytes * d * block_n * num_stages), need=_kib(need), verdict=verdict)
+    return f"<div class='fac-status'>{status}</div>"
 
 
 def sram_explorer(block_m: int = 64, block_n: int = 64, d: int = 64, dtype: str = "fp16", num_stages: int = 3,
@@ -701,7 +918,7 @@ def sram_explorer(block_m: int = 64, block_n: int = 64, d: int = 64, dtype: str 
     Returns an ipywidgets widget, or a matplotlib Figure where widgets cannot render.
     """
     if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+        raise ValueError(T("bad_dtype", choices=sorted(DTYPE_BYTES), dtype=repr(dtype)))
     limits = smem_limits(env)
     if not _interactive(interactive):
         return _static(_sram_figure(block_m, block_n, d, dtype, num_stages, limits))
@@ -765,18 +982,19 @@ def load_benchmark_results(path=None) -> dict:
     Accepted: {"environment": {...}, "plan": {...}, "rows": [row, ...]} (what the suite writes) or a bare list of
     rows. A row has provider, N, D, causal, dtype and, when measured, tflops and mem_mib (MiB); the suite also
     writes status ("ok" or why not), ms, B, H, kind. Returns {"path", "environment", "rows"} with only the rows
-    that have a number for tflops, normalised (N, D int; causal bool; dtype str). Missing file: rows == [].
+    that have a number for tflops, normalised (N, D int; causal bool; dtype str). Missing file: rows == [], and
+    "error" says why ("error_message": the same as a messages.Text, which figures draw in their own language).
     """
     found = _find_results(path)
     result = {"path": str(found) if found else None, "environment": {}, "rows": [], "error": None}
     if found is None:
-        result["error"] = (f"no benchmark results at {path}" if path is not None else
-                           "no benchmark results found (looked for " + ", ".join(BENCHMARK_PATHS) + ")")
+        _error(result, T.later("no_results_at", path=path) if path is not None else
+               T.later("no_results", paths=", ".join(BENCHMARK_PATHS)))
         return result
     try:
         data = json.loads(found.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        result["error"] = f"cannot read {found}: {e}"
+        _error(result, T.later("cannot_read", path=found, error=e))
         return result
     rows = data.get("rows", []) if isinstance(data, dict) else data if isinstance(data, list) else []
     result["environment"] = data.get("environment", {}) if isinstance(data, dict) else {}
@@ -799,14 +1017,28 @@ def load_benchmark_results(path=None) -> dict:
     return result
 
 
+def _error(result: dict, message: Text) -> None:
+    """Why there are no rows: result["error"] in the language in force, and the message for figures to say again."""
+    result["error"], result["error_message"] = str(message), message
+
+
 def _bench_figure(res: dict, dtype, d, causal, metric: str):
+    pt = plot_text()
+    with figure_fonts(pt):
+        fig = _bench_axes(res, dtype, d, causal, metric, pt)
+    fig.fac_text = pt
+    return fig
+
+
+def _bench_axes(res: dict, dtype, d, causal, metric: str, pt: PlotText):
     fig = _figure(9, 4.6)
     ax = fig.add_subplot(1, 1, 1)
     rows = [r for r in res["rows"] if r["dtype"] == dtype and r["D"] == d and r["causal"] == causal
             and (metric == "tflops" or r["mem_mib"] is not None)]
     if not res["rows"]:
-        ax.text(0.5, 0.5, (res.get("error") or "no measured rows") +
-                "\n\nrun `python -m grader.tools.suite` on a GPU to make some", ha="center", va="center", fontsize=10,
+        message = res.get("error_message")
+        why = pt.text(message) if message is not None else res.get("error") or pt(T, "no_rows")
+        ax.text(0.5, 0.5, f"{why}\n\n{pt(T, 'run_suite')}", ha="center", va="center", fontsize=10,
                 transform=ax.transAxes, wrap=True)
         ax.axis("off")
         return fig
@@ -816,14 +1048,14 @@ def _bench_figure(res: dict, dtype, d, causal, metric: str):
         xs, ys = zip(*pts)
         ax.plot(xs, ys, "-" if p.startswith("course") else "--", marker="o", ms=3, label=p)
     if not rows:
-        ax.text(0.5, 0.5, "nothing measured for this choice", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, pt(T, "nothing_measured"), ha="center", va="center", transform=ax.transAxes)
     ax.set_xscale("log", base=2)
     if metric == "mem_mib":
         ax.set_yscale("log")
-    ax.set_xlabel("sequence length N", fontsize=9)
-    ax.set_ylabel("TFLOP/s (higher is better)" if metric == "tflops" else "peak extra memory, MiB", fontsize=9)
+    ax.set_xlabel(pt(T, "seq_len"), fontsize=9)
+    ax.set_ylabel(pt(T, "tflops_axis" if metric == "tflops" else "memory_axis"), fontsize=9)
     env = res.get("environment", {})
-    ax.set_title(f"{dtype}, D={d}, {'causal' if causal else 'not causal'} · {env.get('gpu', '?')} · "
+    ax.set_title(f"{dtype}, D={d}, {pt(T, 'causal' if causal else 'not_causal')} · {env.get('gpu', '?')} · "
                  f"torch {env.get('torch', '?')} · triton {env.get('triton', '?')} · {str(env.get('date', ''))[:10]}",
                  fontsize=9)
     ax.grid(True, alpha=0.3)
@@ -852,11 +1084,12 @@ def benchmark_explorer(path=None, dtype: str | None = None, d: int | None = None
 
     w_dt = W.ToggleButtons(options=dtypes, value=dtype, style={"button_width": "55px"})
     w_d = W.Dropdown(options=dims, value=d, description="D", layout=W.Layout(width="130px"))
-    w_c = W.Checkbox(value=causal, description="causal", indent=False, layout=W.Layout(width="90px"))
-    w_metric = W.ToggleButtons(options=[("TFLOP/s", "tflops"), ("memory", "mem_mib")], value=metric)
+    w_c = W.Checkbox(value=causal, description=T("w_causal"), indent=False, layout=W.Layout(width="90px"))
+    w_metric = W.ToggleButtons(options=[("TFLOP/s", "tflops"), (T("w_memory"), "mem_mib")], value=metric)
     image = W.Image(format="png", layout=W.Layout(max_width="100%"))
     where = res["path"] or res["error"]
-    status = W.HTML(f"<div class='fac-status'>{html.escape(str(where))}: {len(rows)} measured rows</div>")
+    measured = T("measured_rows", where=html.escape(str(where)), n=len(rows))
+    status = W.HTML(f"<div class='fac-status'>{measured}</div>")
 
     def args():
         return res, w_dt.value, w_d.value, w_c.value, w_metric.value

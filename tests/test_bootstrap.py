@@ -110,12 +110,17 @@ def test_pyproject_without_the_url_is_an_error(tmp_path):
         build.repository_url(tmp_path)
 
 
-def test_readme_badges_match_the_url_and_the_notebooks():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    badges = set(re.findall(r"https://colab\.research\.google\.com/github/[^)\s]+", readme))
-    wanted = {build.colab_url(URL, p.name) for p in (ROOT / "notebooks").glob("*.ipynb")}
-    assert badges == wanted
-    assert f"git clone --depth 1 {URL}" in readme  # the ModelScope instructions
+@pytest.mark.parametrize("readme, folder", [("README.md", "notebooks"), ("README.zh-CN.md", "notebooks/zh")])
+def test_readme_badges_match_the_url_and_the_notebooks(readme, folder):
+    """Each README links every notebook of its edition on Colab and on ModelScope, from pyproject's settings."""
+    text = (ROOT / readme).read_text(encoding="utf-8")
+    badges = set(re.findall(r"https://colab\.research\.google\.com/github/[^)\s]+", text))
+    notebooks = sorted((ROOT / folder).glob("*.ipynb"))
+    assert badges == {build.colab_url(URL, p.name).replace("/notebooks/", f"/{folder}/") for p in notebooks}
+    modelscope = set(re.findall(r"\]\((https://modelscope\.cn/notebook/[^)\s]+)\)", text))
+    assert modelscope == {build.modelscope_url(ROOT, f"{folder}/{p.name}") for p in notebooks}
+    assert f"git clone --depth 1 {URL}" in text  # the ModelScope instructions
+    assert build.course_setting(ROOT, "mirror") in text
 
 
 # ---- a notebook opened with nothing on disk ------------------------------------------------------------------

@@ -240,3 +240,18 @@ def test_exceptions_come_back_as_their_builtin_kind():
         pass
     e = sandbox._error_from({"types": [c.__name__ for c in Custom.__mro__], "message": "q must be 4-D"})
     assert type(e) is ValueError and str(e) == "q must be 4-D"
+
+
+def test_feedback_in_chinese(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "li.ipynb").write_text(json.dumps(SUBMISSIONS["no_scale"]), encoding="utf-8")
+    out = tmp_path / "out"
+    try:
+        assert grade.main([str(subs), "--out", str(out), "--draws", "1", "--timeout", "20", "--lang", "zh"]) == 0
+    finally:
+        from grader import messages
+
+        messages.set_language(None)
+    html = (out / "feedback" / "li.html").read_text(encoding="utf-8")
+    assert "看起来像" in html and "未通过" in html

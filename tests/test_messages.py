@@ -140,3 +140,26 @@ def reports_html(r) -> str:
     from grader import reports
 
     return re.sub(r"<[^>]+>", " ", reports.format_html(r))
+
+
+def test_every_case_has_a_chinese_name():
+    import torch
+
+    from grader import environment
+    from grader.exercises import EXERCISES
+
+    env = environment.detect()
+    missing = []
+    try:
+        messages.set_language("zh")
+        for ex in EXERCISES.values():
+            builders = ex.case_builders(env) + ex.hidden_case_builders(env)
+            gen = torch.Generator().manual_seed(0)
+            for build in builders:
+                name = build(gen).name
+                if not re.search(r"[\u4e00-\u9fff]", messages.case_label(name)):
+                    missing.append(f"{ex.id}: {name}")
+    finally:
+        messages.set_language(None)
+    assert not missing, f"{len(missing)} case name(s) without a Chinese name (messages.case_names):\n" + \
+        "\n".join(missing)

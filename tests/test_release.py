@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,7 +64,8 @@ def test_the_release_has_no_solutions_in_plain_sight(rel):
 
 
 def test_the_bundle_holds_every_solution(rel):
-    sources = nbs.unpack_references((rel / "grader" / nbs.BUNDLE.name).read_bytes())
+    bundle = nbs.unpack_references((rel / "grader" / nbs.BUNDLE.name).read_bytes())
+    sources = bundle["sources"]
     exporting = [p.stem for p in (ROOT / "solutions").glob("*.ipynb") if "export" in p.read_text(encoding="utf-8")]
     assert sorted(sources) == sorted(exporting)
     assert sources["01_naive_attention"] == nbs.export_source(ROOT / "solutions" / "01_naive_attention.ipynb")
@@ -79,7 +81,12 @@ def test_the_release_readme_and_setup_cells_point_at_the_release(rel):
     nb = json.loads((rel / "notebooks" / "06_flash_attention.ipynb").read_text(encoding="utf-8"))
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
     assert '"--branch", "release"' in build._src(first)
-    assert nb["metadata"][build.NOTEBOOK_METADATA] == {"notebook": "06_flash_attention"}
+    assert nb["metadata"][build.NOTEBOOK_METADATA] == {"notebook": "06_flash_attention", "lang": "en"}
+    zh = json.loads((rel / "notebooks" / "zh" / "06_flash_attention.ipynb").read_text(encoding="utf-8"))
+    first = next(c for c in zh["cells"] if c["cell_type"] == "code")
+    assert '"--branch", "release"' in build._src(first) and 'start(lang="zh")' in build._src(first)
+    zh_readme = (rel / "README.zh-CN.md").read_text(encoding="utf-8")
+    assert "<!-- instructors -->" not in zh_readme and "/blob/release/notebooks/zh/" in zh_readme
 
 
 def test_a_release_folder_is_only_overwritten_when_it_is_one(rel, tmp_path):
@@ -101,6 +108,13 @@ def test_nbval_in_the_release(rel, tmp_path):
     where = subprocess.run([sys.executable, "-c", "import grader.notebooks as n; print(n.__file__)"], cwd=rel,
                            env=env, capture_output=True, text=True, timeout=120)
     assert where.stdout.strip().startswith(str(rel)), where
+    shown = subprocess.run([sys.executable, "-c", "import grader; grader.setup(quiet=True, lang='zh'); "
+                            "s = grader.solution('flash_attention', force=True); "
+                            "print(s.code.count('def flash_attention('), '# TODO' in s.code, s.explanation[:40])"],
+                           cwd=rel, env=env, capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    count, todo, explanation = shown.stdout.split(" ", 2)
+    assert count == "1" and todo == "True" and re.search(r"[\u4e00-\u9fff]", explanation), shown.stdout
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
                           "notebooks"], cwd=rel, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from ..messages import catalogue
 from .base import Case, Exercise
 
 
@@ -24,12 +25,17 @@ def _collect() -> dict[str, Exercise]:
     registry: dict[str, Exercise] = {}
     for ex in found:
         if ex.id in registry:
-            raise RuntimeError(f"exercise id {ex.id!r} is defined twice")
+            raise RuntimeError(f"exercise id {ex.id!r} is defined twice")  # not shown: a course author's mistake
         registry[ex.id] = ex
     return registry
 
 
 EXERCISES: dict[str, Exercise] = _collect()
+# registered after _collect(): a chapter module that fails to import then fails the same way on the next import,
+# not with "defined twice"
+T = catalogue("exercises", {
+    "unknown": ("unknown exercise id {id}; the course has: {known}", "没有这个练习 id：{id}；本课程的练习有：{known}"),
+})
 
 
 def get(exercise_id: str) -> Exercise:
@@ -37,7 +43,7 @@ def get(exercise_id: str) -> Exercise:
         return EXERCISES[exercise_id]
     except KeyError:
         known = ", ".join(EXERCISES)
-        raise ValueError(f"unknown exercise id {exercise_id!r}; the course has: {known}") from None
+        raise ValueError(T("unknown", id=repr(exercise_id), known=known)) from None
 
 
 __all__ = ["EXERCISES", "Case", "Exercise", "get"]

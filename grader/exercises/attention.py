@@ -15,7 +15,195 @@ import torch.nn.functional as F
 
 from .. import diagnosis, oracle
 from ..environment import Environment
-from .base import BugModel, Case, CaseBuilder, Exercise, draw_choice, draw_int, dtype_tag, on, place, randn
+from ..messages import Text, catalogue
+from .base import (
+    BugModel,
+    Case,
+    CaseBuilder,
+    Exercise,
+    case_namer,
+    draw_choice,
+    draw_int,
+    dtype_tag,
+    on,
+    place,
+    randn,
+)
+
+T = catalogue("exercises.attention", {
+    # -- exercise titles
+    "title_naive": ("Naive attention in PyTorch", "用 PyTorch 写朴素注意力"),
+    "title_tiled": ("Tiled attention in PyTorch", "用 PyTorch 写分块注意力"),
+    # -- where a mismatch sits
+    "axis_batch": ("batch", "batch 维"),
+    "axis_head": ("head", "头"),
+    "axis_query_rows": ("query rows", "query 行"),
+    "axis_head_dim_columns": ("head-dim columns", "头维度列"),
+    # -- simulated classic bugs: "looks like: name — why"
+    "bug_no_division": ("no final division", "最后没有除以 l"),
+    "bug_no_division_why": ("the accumulator was never divided by the running sum l at the end",
+                            "累加器最后没有除以运行和 l"),
+    "bug_old_max": ("exponentials against the old max", "指数用了旧的最大值"),
+    "bug_old_max_first_why": ("p = exp(s − m_old) used the running max from before this block; use the updated max "
+                              "m_new (the first block then subtracts −inf: inf, then NaN)",
+                              "p = exp(s − m_old) 用的是这个块更新之前的运行最大值；应该用更新后的 m_new"
+                              "（这样第一个块减去的是 −inf：先得到 inf，接着变成 NaN）"),
+    "bug_old_max_why": ("p = exp(s − m_old) used the running max from before this block; use the updated max m_new",
+                        "p = exp(s − m_old) 用的是这个块更新之前的运行最大值；应该用更新后的 m_new"),
+    "bug_acc_not_rescaled": ("accumulator not rescaled", "累加器没有重新缩放"),
+    "bug_acc_not_rescaled_why": ("acc was not multiplied by alpha = exp(m_old − m_new) when the running max grew",
+                                 "运行最大值变大时，acc 没有乘上 alpha = exp(m_old − m_new)"),
+    "bug_l_not_rescaled": ("running sum not rescaled", "运行和没有重新缩放"),
+    "bug_l_not_rescaled_why": ("l was not multiplied by alpha = exp(m_old − m_new) when the running max grew",
+                               "运行最大值变大时，l 没有乘上 alpha = exp(m_old − m_new)"),
+    "bug_divide_inside": ("divided by l inside the loop", "在循环内除以了 l"),
+    "bug_divide_inside_why": ("acc was divided by the running sum in every iteration: earlier blocks end up divided "
+                              "by a partial sum; keep acc unnormalised in the loop and divide by l once, after it",
+                              "每次迭代都把 acc 除以运行和：前面的块最后是被一个不完整的和除的；循环里让 acc 保持"
+                              "未归一化，循环结束后再除以 l 一次"),
+    "bug_divide_twice": ("divided by l inside the loop and again at the end", "在循环内除以了 l，结束后又除了一次"),
+    "bug_divide_twice_why": ("acc was divided by the running sum in every iteration and once more after the loop; "
+                             "divide once, after the loop",
+                             "每次迭代都把 acc 除以运行和，循环结束后又除了一次；只在循环结束后除一次"),
+    "bug_wrong_axis_both": ("reduced along the wrong axis (max and sum)", "沿错误的轴做了归约（最大值和求和）"),
+    "bug_wrong_axis_both_why": ("the row max and sum of the score tile was taken over axis 0 (the query axis); reduce "
+                                "each row over its keys: axis=1 (dim=-1)",
+                                "分数 tile 每行的最大值和求和是沿 axis 0（query 轴）算的；每一行应在它自己的 key 上"
+                                "归约：axis=1（dim=-1）"),
+    "bug_wrong_axis_sum": ("reduced along the wrong axis (sum)", "沿错误的轴做了归约（求和）"),
+    "bug_wrong_axis_sum_why": ("the row sum of the score tile was taken over axis 0 (the query axis); reduce each "
+                               "row over its keys: axis=1 (dim=-1)",
+                               "分数 tile 每行的求和是沿 axis 0（query 轴）算的；每一行应在它自己的 key 上归约："
+                               "axis=1（dim=-1）"),
+    "bug_scale_missing": ("scale missing", "漏了缩放"),
+    "bug_scale_missing_why": ("the scores were not multiplied by sm_scale (1/√D by default)",
+                              "分数没有乘 sm_scale（默认是 1/√D）"),
+    "bug_scale_twice": ("scale applied twice", "缩放乘了两次"),
+    "bug_scale_twice_why": ("sm_scale was applied twice (to q and again to the scores, say)",
+                            "sm_scale 乘了两次（比如先乘到 q 上，又乘到分数上）"),
+    "bug_scale_ignored": ("sm_scale ignored", "忽略了 sm_scale"),
+    "bug_scale_ignored_why": ("the sm_scale argument was ignored and 1/√D used instead",
+                              "没有用传入的 sm_scale 参数，而是用了 1/√D"),
+    "bug_mask_diagonal": ("causal mask off by one (j < i)", "因果掩码差了一位（j < i）"),
+    "bug_mask_diagonal_why": ("the diagonal was masked too: query i must see key j = i",
+                              "对角线也被 mask 掉了：query i 必须能看到 key j = i"),
+    "bug_mask_one_more": ("causal mask off by one (j ≤ i + 1)", "因果掩码差了一位（j ≤ i + 1）"),
+    "bug_mask_one_more_why": ("query i also saw key i + 1", "query i 还看到了 key i + 1"),
+    "bug_mask_ignored": ("causal mask ignored", "没有加因果掩码"),
+    "bug_mask_ignored_why": ("causal=True was requested but every key was used",
+                             "要求的是 causal=True，却用上了所有 key"),
+    "bug_bottom_right": ("bottom-right causal alignment", "因果掩码按右下对齐"),
+    "bug_bottom_right_why": ("the mask was aligned to the bottom-right (FlashAttention-2 style, j ≤ i + Nk − Nq); "
+                             "SDPA's is_causal, which the course follows, is top-left (j ≤ i)",
+                             "掩码按右下对齐（FlashAttention-2 的做法，j ≤ i + Nk − Nq）；本课程遵循 SDPA 的 "
+                             "is_causal，是左上对齐（j ≤ i）"),
+    "bug_mask_applied": ("causal mask applied", "多加了因果掩码"),
+    "bug_mask_applied_why": ("causal=False was requested but keys j > i were masked",
+                             "要求的是 causal=False，却把 j > i 的 key mask 掉了"),
+    "bug_gqa_head": ("wrong K/V head for GQA", "GQA 读错了 K/V 头"),
+    "bug_gqa_head_why": ("head h read K/V head h % {h_kv}; it must read h // {group}",
+                         "头 h 读的是 K/V 头 h % {h_kv}；应该读 h // {group}"),
+    "bug_strides": ("strides ignored", "忽略了步长"),
+    "bug_strides_why": ("the kernel assumed contiguous (B, H, N, D) memory; pass and use q.stride(), k.stride(), "
+                        "v.stride() (and the output's)",
+                        "kernel 假设内存是连续的 (B, H, N, D) 布局；要把 q.stride()、k.stride()、v.stride()"
+                        "（以及输出的步长）传进去并用上"),
+    # -- hints: "only cases tagged T fail"
+    "hint_causal": ("only causal cases fail: query i sees key j exactly when j ≤ i (top-left, like SDPA's is_causal); "
+                    "check the mask and the loop's upper bound",
+                    "只有因果用例未通过：query i 能看到 key j 当且仅当 j ≤ i（左上对齐，与 SDPA 的 is_causal 一致）；"
+                    "检查掩码和循环的上界"),
+    "hint_ragged": ("only cases whose lengths are not multiples of the block size fail: mask the loads of the last, "
+                    "partial blocks (other=0), set masked scores to -inf, and mask the store",
+                    "只有长度不是块大小整数倍的用例未通过：最后那个不完整的块，load 要带 mask（other=0），"
+                    "被 mask 掉的分数设为 -inf，store 也要带 mask"),
+    "hint_gqa": ("only the grouped-query case fails: query head h reads K/V head h // (H // H_kv)",
+                 "只有 GQA 用例未通过：query 头 h 读的是 K/V 头 h // (H // H_kv)"),
+    "hint_strided": ("only the (B, N, H, D) views fail: index with the strides the tensors report (x.stride(i)) "
+                     "instead of assuming a contiguous layout",
+                     "只有 (B, N, H, D) 视图的用例未通过：按张量自己给出的步长（x.stride(i)）来索引，"
+                     "不要假设内存是连续的"),
+    "hint_large": ("only the large-magnitude case fails: subtract the (running) max before exp, or exp overflows",
+                   "只有大数值用例未通过：exp 之前先减去（运行）最大值，否则 exp 会上溢"),
+    "hint_multi_block": ("only cases that span several K/V blocks fail: look at what carries from one block to the "
+                         "next — when the running max grows, acc and l are both rescaled by alpha = exp(m_old − "
+                         "m_new); the exponentials use the new max; acc is divided by l once, after the loop",
+                         "只有跨多个 K/V 块的用例未通过：看看从一个块带到下一个块的那些状态——运行最大值变大时，"
+                         "acc 和 l 都要乘 alpha = exp(m_old − m_new) 重新缩放；指数要用新的最大值；acc 只在循环"
+                         "结束后除以 l 一次"),
+    "hint_scale": ("only the case with an explicit sm_scale fails: use the argument when it is given",
+                   "只有显式传入 sm_scale 的用例未通过：传了这个参数就要用它"),
+    "hint_pad_d": ("only head dims that are not powers of two fail: pad BLOCK_D to the next power of two and mask "
+                   "the columns d ≥ D on loads and the store",
+                   "只有头维度不是 2 的幂的用例未通过：把 BLOCK_D 填充到下一个 2 的幂，并在 load 和 store 时"
+                   "把 d ≥ D 的列 mask 掉"),
+    "hint_batch": ("only cases with batch size > 1 fail: offset every pointer by this program's batch index times "
+                   "the batch stride",
+                   "只有 batch 大小 > 1 的用例未通过：每个指针都要加上本 program 的 batch 下标乘以 batch 维的步长"),
+    "hint_heads": ("only cases with several heads fail: offset every pointer by this program's head (and, for K/V, "
+                   "its K/V head) times the head stride",
+                   "只有多头用例未通过：每个指针都要加上本 program 的头下标（K/V 则用它对应的 K/V 头）"
+                   "乘以头维的步长"),
+    "hint_fp16": ("only fp16 cases fail: compute the scores, the softmax and the accumulator in fp32, cast p to "
+                  "v's dtype for the second dot, and return q's dtype",
+                  "只有 fp16 用例未通过：分数、softmax 和累加器都用 fp32 计算，第二次 dot 之前把 p 转成 v 的 "
+                  "dtype，最后返回 q 的 dtype"),
+    "hint_bf16": ("only bf16 cases fail: compute in fp32, cast p to v's dtype for the second dot, and return q's "
+                  "dtype",
+                  "只有 bf16 用例未通过：用 fp32 计算，第二次 dot 之前把 p 转成 v 的 dtype，最后返回 q 的 dtype"),
+    "hint_fp32": ("only fp32 cases fail: check the dtype casts (p.to(v.dtype)) and that the output dtype is q's "
+                  "dtype",
+                  "只有 fp32 用例未通过：检查 dtype 转换（p.to(v.dtype)），以及输出的 dtype 是否与 q 相同"),
+    "hint_repeat": ("only the repeated case fails: it has the shapes of case 1 and fresh values — is a result kept "
+                    "from an earlier call (a cache keyed by shape, a global buffer)?",
+                    "只有重复的那个用例未通过：它的形状与用例 1 相同，数值是新的——是不是留用了上一次调用的结果"
+                    "（按形状缓存、全局 buffer）？"),
+    "hint_naive_fp16": ("only fp16 cases fail: compute the scores and the softmax in fp32 (or subtract the row max "
+                        "first) and return q's dtype",
+                        "只有 fp16 用例未通过：分数和 softmax 用 fp32 计算（或者先减去行最大值），最后返回 q 的 dtype"),
+    "hint_naive_fp64": ("only fp64 cases fail: compute in the input's precision (do not force float32) and return "
+                        "the input dtype",
+                        "只有 fp64 用例未通过：按输入的精度计算（不要强制转成 float32），返回输入的 dtype"),
+    "hint_tiled_ragged": ("only cases whose lengths are not multiples of the block sizes fail: the last Q or K/V "
+                          "block is shorter — slice to the end of the tensor (x[i:i + block] does) and keep the "
+                          "shapes of m, l and acc in step with it",
+                          "只有长度不是块大小整数倍的用例未通过：最后一个 Q 块或 K/V 块更短——切片切到张量末尾即可"
+                          "（x[i:i + block] 本来就是这样），m、l 和 acc 的形状也要跟着它变"),
+    "hint_tiled_fp16": ("only fp16 cases fail: keep m, l and acc in fp32 and return q's dtype",
+                        "只有 fp16 用例未通过：m、l 和 acc 保持 fp32，最后返回 q 的 dtype"),
+    "overflow": ("exp overflowed: e^s is inf beyond s ≈ 88.7 in fp32 — subtract the (running) max before "
+                 "exponentiating (and look for -inf − (-inf) in fully masked rows)",
+                 "exp 上溢了：在 fp32 中 s 超过 ≈ 88.7 时 e^s 就是 inf——取指数之前先减去（运行）最大值"
+                 "（再看看整行都被 mask 掉的行里有没有 -inf − (-inf)）"),
+    "overflow_fp16": ("exp overflowed: e^s is inf beyond s ≈ 88.7 in fp32 and ≈ 11.1 in fp16 — subtract the "
+                      "(running) max before exponentiating (and look for -inf − (-inf) in fully masked rows)",
+                      "exp 上溢了：s 超过 ≈ 88.7（fp32）或 ≈ 11.1（fp16）时 e^s 就是 inf——取指数之前先减去"
+                      "（运行）最大值（再看看整行都被 mask 掉的行里有没有 -inf − (-inf)）"),
+})
+
+#: case names (English inside the grader: code and tests select cases by them; reports show the Chinese)
+CASES = catalogue("exercises.attention.cases", {
+    "one_head_square": ("one head, square", "单头、方阵"),
+    "batch_and_heads": ("batch and heads", "多 batch、多头"),
+    "nq_ne_nk": ("Nq != Nk", "Nq 与 Nk 不相等"),
+    "single_query_key": ("single query and key", "只有一个 query 和一个 key"),
+    "explicit_scale": ("explicit sm_scale", "显式传入 sm_scale"),
+    "causal_square": ("causal, square", "因果、方阵"),
+    "causal_nq_lt_nk": ("causal, Nq < Nk (top-left)", "因果，Nq < Nk（左上对齐）"),
+    "causal_nq_gt_nk": ("causal, Nq > Nk (top-left)", "因果，Nq > Nk（左上对齐）"),
+    "large_scores": ("large-magnitude scores", "数值很大的分数"),
+    "fp16_inputs": ("fp16 inputs", "fp16 输入"),
+    "fp64_inputs": ("fp64 inputs", "fp64 输入"),
+    "random_lengths": ("random lengths", "随机长度"),
+    "one_block_each": ("one block each", "Q、K/V 各一个块"),
+    "several_kv_blocks": ("several K/V blocks", "多个 K/V 块"),
+    "ragged_lengths": ("ragged lengths", "非整块长度"),
+    "k_shorter_than_block": ("K shorter than one block", "K 比一个块还短"),
+    "blocks_of_one": ("blocks of one", "块大小为 1"),
+    "square_blocks": ("square blocks", "方形块"),
+    "random_lengths_blocks": ("random lengths and blocks", "随机长度和块大小"),
+})
+case_name = case_namer(CASES)
 
 
 @dataclass
@@ -174,42 +362,31 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
     q, k, v = case.f64()
     scale, causal = case.scale, case.causal
     blocks = (case.block_n,) if case.block_n else blocks
-    bugs = [BugModel("no final division", "the accumulator was never divided by the running sum l at the end",
+    bugs = [BugModel(T("bug_no_division"), T("bug_no_division_why"),
                      lambda: online(q, k, v, scale, 1 << 30, causal, divide="never")),
-            BugModel("exponentials against the old max",
-                     "p = exp(s − m_old) used the running max from before this block; use the updated max m_new "
-                     "(the first block then subtracts −inf: inf, then NaN)",
+            BugModel(T("bug_old_max"), T("bug_old_max_first_why"),
                      lambda: online(q, k, v, scale, 1 << 30, causal, exp_max="old"))]
     for bn in blocks:
         if case.n_k <= bn:
             continue
         bugs += [
-            BugModel("accumulator not rescaled",
-                     "acc was not multiplied by alpha = exp(m_old − m_new) when the running max grew",
+            BugModel(T("bug_acc_not_rescaled"), T("bug_acc_not_rescaled_why"),
                      lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_acc=False)),
-            BugModel("running sum not rescaled",
-                     "l was not multiplied by alpha = exp(m_old − m_new) when the running max grew",
+            BugModel(T("bug_l_not_rescaled"), T("bug_l_not_rescaled_why"),
                      lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_l=False)),
-            BugModel("divided by l inside the loop",
-                     "acc was divided by the running sum in every iteration: earlier blocks end up divided by a "
-                     "partial sum; keep acc unnormalised in the loop and divide by l once, after it",
+            BugModel(T("bug_divide_inside"), T("bug_divide_inside_why"),
                      lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside")),
-            BugModel("divided by l inside the loop and again at the end",
-                     "acc was divided by the running sum in every iteration and once more after the loop; "
-                     "divide once, after the loop",
+            BugModel(T("bug_divide_twice"), T("bug_divide_twice_why"),
                      lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside+end")),
-            BugModel("exponentials against the old max",
-                     "p = exp(s − m_old) used the running max from before this block; use the updated max m_new",
+            BugModel(T("bug_old_max"), T("bug_old_max_why"),
                      lambda bn=bn: online(q, k, v, scale, bn, causal, exp_max="old")),
         ]
     square = (case.block_m,) if case.block_m and case.block_m == case.block_n else \
         () if case.block_m else tuple(b for b in blocks if b < max(case.n_q, case.n_k) * 2)
     for b in square:
         # (a max over the wrong axis alone is harmless but for overflow, which an fp64 simulation does not mimic)
-        for which, kw in (("max and sum", {}), ("sum", {"max_axis0": False})):
-            bugs.append(BugModel(f"reduced along the wrong axis ({which})",
-                                 f"the row {which} of the score tile was taken over axis 0 (the query axis); "
-                                 "reduce each row over its keys: axis=1 (dim=-1)",
+        for which, kw in (("both", {}), ("sum", {"max_axis0": False})):
+            bugs.append(BugModel(T(f"bug_wrong_axis_{which}"), T(f"bug_wrong_axis_{which}_why"),
                                  lambda b=b, kw=kw: wrong_axis(q, k, v, scale, b, causal, **kw)))
     return bugs
 
@@ -218,28 +395,20 @@ def scale_and_mask_bugs(case: AttentionCase) -> list[BugModel]:
     q, k, v = case.f64()
     scale, causal = case.scale, case.causal
     att = lambda **kw: oracle.attention(q, k, v, **{"sm_scale": scale, "causal": causal, **kw})  # noqa: E731
-    bugs = [BugModel("scale missing", "the scores were not multiplied by sm_scale (1/√D by default)",
-                     lambda: att(sm_scale=1.0)),
-            BugModel("scale applied twice", "sm_scale was applied twice (to q and again to the scores, say)",
-                     lambda: att(sm_scale=scale * scale))]
+    bugs = [BugModel(T("bug_scale_missing"), T("bug_scale_missing_why"), lambda: att(sm_scale=1.0)),
+            BugModel(T("bug_scale_twice"), T("bug_scale_twice_why"), lambda: att(sm_scale=scale * scale))]
     if case.sm_scale is not None:
-        bugs.append(BugModel("sm_scale ignored", "the sm_scale argument was ignored and 1/√D used instead",
+        bugs.append(BugModel(T("bug_scale_ignored"), T("bug_scale_ignored_why"),
                              lambda: att(sm_scale=1.0 / math.sqrt(q.shape[-1]))))
     if causal:
-        bugs += [BugModel("causal mask off by one (j < i)", "the diagonal was masked too: query i must see key j = i",
-                          lambda: att(mask_offset=-1)),
-                 BugModel("causal mask off by one (j ≤ i + 1)", "query i also saw key i + 1",
-                          lambda: att(mask_offset=1)),
-                 BugModel("causal mask ignored", "causal=True was requested but every key was used",
-                          lambda: att(causal=False))]
+        bugs += [BugModel(T("bug_mask_diagonal"), T("bug_mask_diagonal_why"), lambda: att(mask_offset=-1)),
+                 BugModel(T("bug_mask_one_more"), T("bug_mask_one_more_why"), lambda: att(mask_offset=1)),
+                 BugModel(T("bug_mask_ignored"), T("bug_mask_ignored_why"), lambda: att(causal=False))]
         if case.n_q != case.n_k:
-            bugs.append(BugModel("bottom-right causal alignment",
-                                 "the mask was aligned to the bottom-right (FlashAttention-2 style, j ≤ i + Nk − Nq); "
-                                 "SDPA's is_causal, which the course follows, is top-left (j ≤ i)",
+            bugs.append(BugModel(T("bug_bottom_right"), T("bug_bottom_right_why"),
                                  lambda: att(align="bottom_right")))
     elif "causal" in case.kwargs:
-        bugs.append(BugModel("causal mask applied", "causal=False was requested but keys j > i were masked",
-                             lambda: att(causal=True)))
+        bugs.append(BugModel(T("bug_mask_applied"), T("bug_mask_applied_why"), lambda: att(causal=True)))
     return bugs
 
 
@@ -251,7 +420,7 @@ def layout_bugs(case: AttentionCase) -> list[BugModel]:
     if q.dim() == 4 and q.shape[1] != k.shape[1]:
         H, Hkv = q.shape[1], k.shape[1]
         idx = torch.arange(H) % Hkv
-        bugs.append(BugModel("wrong K/V head for GQA", f"head h read K/V head h % {Hkv}; it must read h // {H // Hkv}",
+        bugs.append(BugModel(T("bug_gqa_head"), T("bug_gqa_head_why", h_kv=Hkv, group=H // Hkv),
                              lambda: oracle.attention(q, k[:, idx], v[:, idx], case.scale, case.causal)))
     if case.layout == "bnhd":
         def as_contiguous_memory():
@@ -259,43 +428,30 @@ def layout_bugs(case: AttentionCase) -> list[BugModel]:
             rs = [torch.as_strided(case.placed[x], case.placed[x].shape, torch.empty(case.placed[x].shape).stride())
                   .to(torch.float64).cpu() for x in "qkv"]
             return oracle.attention(*rs, sm_scale=case.scale, causal=case.causal)
-        bugs.append(BugModel("strides ignored", "the kernel assumed contiguous (B, H, N, D) memory; pass and use "
-                             "q.stride(), k.stride(), v.stride() (and the output's)", as_contiguous_memory))
+        bugs.append(BugModel(T("bug_strides"), T("bug_strides_why"), as_contiguous_memory))
     return bugs
 
 
 # ------------------------------------------------------------------------------------------------- hints
-HINTS = {
-    "causal": "only causal cases fail: query i sees key j exactly when j ≤ i (top-left, like SDPA's is_causal); "
-              "check the mask and the loop's upper bound",
-    "ragged": "only cases whose lengths are not multiples of the block size fail: mask the loads of the last, "
-              "partial blocks (other=0), set masked scores to -inf, and mask the store",
-    "gqa": "only the grouped-query case fails: query head h reads K/V head h // (H // H_kv)",
-    "strided": "only the (B, N, H, D) views fail: index with the strides the tensors report (x.stride(i)) "
-               "instead of assuming a contiguous layout",
-    "large": "only the large-magnitude case fails: subtract the (running) max before exp, or exp overflows",
-    "multi-block": "only cases that span several K/V blocks fail: look at what carries from one block to the next — "
-                   "when the running max grows, acc and l are both rescaled by alpha = exp(m_old − m_new); the "
-                   "exponentials use the new max; acc is divided by l once, after the loop",
-    "scale": "only the case with an explicit sm_scale fails: use the argument when it is given",
-    "pad-d": "only head dims that are not powers of two fail: pad BLOCK_D to the next power of two and mask "
-             "the columns d ≥ D on loads and the store",
-    "batch": "only cases with batch size > 1 fail: offset every pointer by this program's batch index times "
-             "the batch stride",
-    "heads": "only cases with several heads fail: offset every pointer by this program's head (and, for K/V, "
-             "its K/V head) times the head stride",
-    "dtype:float16": "only fp16 cases fail: compute the scores, the softmax and the accumulator in fp32, cast p to "
-                     "v's dtype for the second dot, and return q's dtype",
-    "dtype:bfloat16": "only bf16 cases fail: compute in fp32, cast p to v's dtype for the second dot, and "
-                      "return q's dtype",
-    "dtype:float32": "only fp32 cases fail: check the dtype casts (p.to(v.dtype)) and that the output dtype is "
-                     "q's dtype",
-    "repeat": "only the repeated case fails: it has the shapes of case 1 and fresh values — is a result kept "
-              "from an earlier call (a cache keyed by shape, a global buffer)?",
+HINTS = {  # tag -> hint, rendered when shown
+    "causal": T.later("hint_causal"),
+    "ragged": T.later("hint_ragged"),
+    "gqa": T.later("hint_gqa"),
+    "strided": T.later("hint_strided"),
+    "large": T.later("hint_large"),
+    "multi-block": T.later("hint_multi_block"),
+    "scale": T.later("hint_scale"),
+    "pad-d": T.later("hint_pad_d"),
+    "batch": T.later("hint_batch"),
+    "heads": T.later("hint_heads"),
+    "dtype:float16": T.later("hint_fp16"),
+    "dtype:bfloat16": T.later("hint_bf16"),
+    "dtype:float32": T.later("hint_fp32"),
+    "repeat": T.later("hint_repeat"),
 }
 
 
-def pick(*tags: str, **overrides: str) -> dict[str, str]:
+def pick(*tags: str, **overrides: Text) -> dict[str, Text]:
     """The hints an exercise has, by tag; overrides replace a shared text with one that fits the exercise."""
     out = {t: HINTS[t] for t in tags}
     out |= {k.replace("__", ":"): v for k, v in overrides.items()}
@@ -303,9 +459,7 @@ def pick(*tags: str, **overrides: str) -> dict[str, str]:
 
 
 def overflow_hint(case: Case) -> str:
-    limits = "≈ 88.7 in fp32" + (" and ≈ 11.1 in fp16" if case.dtype == torch.float16 else "")
-    return (f"exp overflowed: e^s is inf beyond s {limits} — subtract the (running) max before exponentiating "
-            "(and look for -inf − (-inf) in fully masked rows)")
+    return T("overflow_fp16" if case.dtype == torch.float16 else "overflow")
 
 
 class AttentionExercise(Exercise):
@@ -315,15 +469,15 @@ class AttentionExercise(Exercise):
 
     def axis_names(self, case: AttentionCase) -> tuple[str, ...]:
         if case.two_d:
-            return ("query rows", "head-dim columns")
-        return ("batch", "head", "query rows", "head-dim columns")
+            return (T("axis_query_rows"), T("axis_head_dim_columns"))
+        return (T("axis_batch"), T("axis_head"), T("axis_query_rows"), T("axis_head_dim_columns"))
 
     def nonfinite_hint(self, case: AttentionCase) -> str:
         return overflow_hint(case) if "large" in case.tags else super().nonfinite_hint(case)
 
     def diagnose(self, out64, case: AttentionCase, wrong) -> list[str]:
         hints = []
-        rows = diagnosis.last_block_hint(wrong, case.n_q, 0 if case.two_d else 2, "query rows")
+        rows = diagnosis.last_block_hint(wrong, case.n_q, 0 if case.two_d else 2, T("axis_query_rows"))
         if rows:
             hints.append(rows)
         bugs = [b for family in self.bug_families for b in family(case)]
@@ -337,34 +491,31 @@ class AttentionExercise(Exercise):
 # ------------------------------------------------------------------------------------- 01 naive attention
 class NaiveAttention(AttentionExercise):
     budget_s = 30.0
-    hints = pick("causal", "scale", "large", "repeat",
-                 dtype__float16="only fp16 cases fail: compute the scores and the softmax in fp32 (or subtract the "
-                                "row max first) and return q's dtype",
-                 dtype__float64="only fp64 cases fail: compute in the input's precision (do not force float32) and "
-                                "return the input dtype")
+    hint_texts = pick("causal", "scale", "large", "repeat", dtype__float16=T.later("hint_naive_fp16"),
+                      dtype__float64=T.later("hint_naive_fp64"))
 
     def case_builders(self, env):
         f32, f16 = torch.float32, torch.float16
         n = on(env, 512, 96)
         c = lambda name, **k: builder(env, name, **k)  # noqa: E731
         return [
-            c("one head, square", Nq=64, Nk=64, D=32, dtype=f32),
-            c("batch and heads", B=2, H=3, Nq=n, Nk=n, D=64, dtype=f32),
-            c("Nq != Nk", H=2, Nq=37, Nk=n + 11, D=16, dtype=f32),
-            c("single query and key", Nq=1, Nk=1, D=8, dtype=f32),
-            c("explicit sm_scale", H=2, Nq=48, Nk=40, D=32, dtype=f32, sm_scale=0.3, tags={"scale"}),
-            c("causal, square", B=2, H=2, Nq=50, Nk=50, D=16, dtype=f32, causal=True),
-            c("causal, Nq < Nk (top-left)", H=2, Nq=20, Nk=45, D=16, dtype=f32, causal=True),
-            c("causal, Nq > Nk (top-left)", H=2, Nq=45, Nk=20, D=16, dtype=f32, causal=True),
-            c("large-magnitude scores", H=2, Nq=64, Nk=64, D=32, dtype=f32, magnitude=12.0),
-            c("fp16 inputs", B=2, H=2, Nq=64, Nk=80, D=64, dtype=f16),
-            c("fp64 inputs", Nq=33, Nk=33, D=16, dtype=torch.float64),
+            c(case_name("one_head_square"), Nq=64, Nk=64, D=32, dtype=f32),
+            c(case_name("batch_and_heads"), B=2, H=3, Nq=n, Nk=n, D=64, dtype=f32),
+            c(case_name("nq_ne_nk"), H=2, Nq=37, Nk=n + 11, D=16, dtype=f32),
+            c(case_name("single_query_key"), Nq=1, Nk=1, D=8, dtype=f32),
+            c(case_name("explicit_scale"), H=2, Nq=48, Nk=40, D=32, dtype=f32, sm_scale=0.3, tags={"scale"}),
+            c(case_name("causal_square"), B=2, H=2, Nq=50, Nk=50, D=16, dtype=f32, causal=True),
+            c(case_name("causal_nq_lt_nk"), H=2, Nq=20, Nk=45, D=16, dtype=f32, causal=True),
+            c(case_name("causal_nq_gt_nk"), H=2, Nq=45, Nk=20, D=16, dtype=f32, causal=True),
+            c(case_name("large_scores"), H=2, Nq=64, Nk=64, D=32, dtype=f32, magnitude=12.0),
+            c(case_name("fp16_inputs"), B=2, H=2, Nq=64, Nk=80, D=64, dtype=f16),
+            c(case_name("fp64_inputs"), Nq=33, Nk=33, D=16, dtype=torch.float64),
         ]
 
     def hidden_case_builders(self, env):
         def draw(gen):
             return random_lengths(gen, on(env, 700, 120)) | dict(H=draw_int(gen, 1, 3), D=draw_choice(gen, (8, 24, 64)))
-        return [drawn_builder(env, "random lengths", draw, dtype=torch.float32, tags={"ragged"})]
+        return [drawn_builder(env, case_name("random_lengths"), draw, dtype=torch.float32, tags={"ragged"})]
 
 
 # ------------------------------------------------------------------------------------- 03 tiled attention
@@ -378,43 +529,39 @@ def _tiled_call(case: AttentionCase) -> tuple[tuple, dict]:
 class TiledAttention(AttentionExercise):
     budget_s = 30.0
     bug_families = (scale_and_mask_bugs, softmax_bugs)
-    hints = pick("multi-block", "scale", "large", "repeat",
-                 ragged="only cases whose lengths are not multiples of the block sizes fail: the last Q or K/V "
-                        "block is shorter — slice to the end of the tensor (x[i:i + block] does) and keep the "
-                        "shapes of m, l and acc in step with it",
-                 dtype__float16="only fp16 cases fail: keep m, l and acc in fp32 and return q's dtype")
+    hint_texts = pick("multi-block", "scale", "large", "repeat", ragged=T.later("hint_tiled_ragged"),
+                      dtype__float16=T.later("hint_tiled_fp16"))
 
     def case_builders(self, env):
         f32, f16 = torch.float32, torch.float16
 
-        def c(name, bm, bn, **k):
-            return builder(env, f"{name} (block_m={bm}, block_n={bn})", block_m=bm, block_n=bn, call=_tiled_call,
-                           **k)
+        def c(key, bm, bn, **k):  # the trailing "(block_m=.., block_n=..)": messages.case_label keeps it
+            return builder(env, f"{case_name(key)} (block_m={bm}, block_n={bn})", block_m=bm, block_n=bn,
+                           call=_tiled_call, **k)
         n = on(env, 512, 192)
         return [
-            c("one block each", 64, 64, Nq=64, Nk=64, D=32, dtype=f32),
-            c("several K/V blocks", 32, 16, B=2, H=2, Nq=64, Nk=n, D=32, dtype=f32, tags={"multi-block"}),
-            c("ragged lengths", 32, 16, H=2, Nq=70, Nk=83, D=16, dtype=f32, tags={"ragged", "multi-block"}),
-            c("K shorter than one block", 64, 64, Nq=100, Nk=10, D=16, dtype=f32, tags={"ragged"}),
-            c("blocks of one", 1, 1, Nq=5, Nk=7, D=8, dtype=f32, tags={"ragged", "multi-block"}),
-            c("square blocks", 16, 16, H=2, Nq=48, Nk=64, D=16, dtype=f32, tags={"multi-block"}),
-            c("explicit sm_scale", 16, 32, Nq=40, Nk=90, D=16, dtype=f32, sm_scale=0.2, tags={"scale", "multi-block"}),
-            c("large-magnitude scores", 32, 32, H=2, Nq=64, Nk=128, D=32, dtype=f32, magnitude=12.0,
-              tags={"multi-block"}),
-            c("fp16 inputs", 32, 32, B=2, Nq=64, Nk=160, D=64, dtype=f16, tags={"multi-block", "ragged"}),
+            c("one_block_each", 64, 64, Nq=64, Nk=64, D=32, dtype=f32),
+            c("several_kv_blocks", 32, 16, B=2, H=2, Nq=64, Nk=n, D=32, dtype=f32, tags={"multi-block"}),
+            c("ragged_lengths", 32, 16, H=2, Nq=70, Nk=83, D=16, dtype=f32, tags={"ragged", "multi-block"}),
+            c("k_shorter_than_block", 64, 64, Nq=100, Nk=10, D=16, dtype=f32, tags={"ragged"}),
+            c("blocks_of_one", 1, 1, Nq=5, Nk=7, D=8, dtype=f32, tags={"ragged", "multi-block"}),
+            c("square_blocks", 16, 16, H=2, Nq=48, Nk=64, D=16, dtype=f32, tags={"multi-block"}),
+            c("explicit_scale", 16, 32, Nq=40, Nk=90, D=16, dtype=f32, sm_scale=0.2, tags={"scale", "multi-block"}),
+            c("large_scores", 32, 32, H=2, Nq=64, Nk=128, D=32, dtype=f32, magnitude=12.0, tags={"multi-block"}),
+            c("fp16_inputs", 32, 32, B=2, Nq=64, Nk=160, D=64, dtype=f16, tags={"multi-block", "ragged"}),
         ]
 
     def hidden_case_builders(self, env):
         def draw(gen):
             bm, bn = draw_choice(gen, (8, 16, 32, 64)), draw_choice(gen, (8, 16, 32, 64))
             return random_lengths(gen, on(env, 600, 150), causal=False) | dict(block_m=bm, block_n=bn, D=16)
-        return [drawn_builder(env, "random lengths and blocks", draw, dtype=torch.float32, call=_tiled_call,
+        return [drawn_builder(env, case_name("random_lengths_blocks"), draw, dtype=torch.float32, call=_tiled_call,
                               tags={"ragged", "multi-block"})]
 
 
 EXERCISES = [
-    NaiveAttention("naive_attention", "Naive attention in PyTorch", "01_naive_attention", "naive_attention",
+    NaiveAttention("naive_attention", T.later("title_naive"), "01_naive_attention", "naive_attention",
                    "naive_attention(q, k, v, sm_scale=None, causal=False)"),
-    TiledAttention("tiled_attention", "Tiled attention in PyTorch", "03_tiled_attention", "tiled_attention",
+    TiledAttention("tiled_attention", T.later("title_tiled"), "03_tiled_attention", "tiled_attention",
                    "tiled_attention(q, k, v, sm_scale=None, block_m=64, block_n=64)"),
 ]

@@ -4,6 +4,12 @@ An exercise is an `Exercise` object in its chapter's module. It says how it is c
 grade it (`case_builders`: one builder per case, each drawing fresh random inputs from the run's generator), how
 an output is judged (`judge`), what to say when only the cases with some tag fail (`hints`) and which classic
 mistakes to simulate when an output is wrong (`diagnose`). checking.py runs that generically.
+
+Every text a learner reads comes from its module's message catalogue (grader/messages.py), in English and
+Chinese: the title (a `T.later(...)` Text), the hints by tag (`hint_texts`, Texts too: `hints` renders them in the
+language in force), the bug models (built at check time, so `T(...)` directly) and the problems a judge appends.
+Case names stay English (code and tests select cases by them): each module keeps them in a catalogue of their own
+and takes them with `case_namer(...)`, which registers their Chinese names for the reports (messages.case_label).
 """
 
 from __future__ import annotations
@@ -16,8 +22,42 @@ import torch
 
 from .. import diagnosis
 from ..environment import Environment
+from ..messages import CATALOGUE, Text, case_names, catalogue, fields
 from ..safety import Guarded, guarded_copy, inverse_perm
 from ..tolerances import tolerance
+
+T = catalogue("exercises.base", {
+    "output": ("output", "输出"),
+    "not_tensor": ("{label}: expected a torch.Tensor, got {got}", "{label}：应为 torch.Tensor，实际得到 {got}"),
+    "not_tensor_none": ("{label}: expected a torch.Tensor, got {got} (did you forget to return it?)",
+                        "{label}：应为 torch.Tensor，实际得到 {got}（是不是忘了 return？）"),
+    "wrong_shape": ("{label}: wrong shape {got}, expected {want}", "{label}：形状 {got} 不对，应为 {want}"),
+    "wrong_device": ("{label}: on device '{got}', expected '{want}' (the inputs' device)",
+                     "{label}：在设备 '{got}' 上，应在 '{want}' 上（即输入所在的设备）"),
+    "wrong_dtype": ("{label}: dtype {got}, expected {want} (return the input's dtype)",
+                    "{label}：数据类型是 {got}，应为 {want}（返回与输入相同的 dtype）"),
+    "nonfinite": ("{label}: {n} {kind} value(s) where the answer is finite",
+                  "{label}：有 {n} 个 {kind}，而这些位置的正确答案是有限值"),
+    "nonfinite_at": ("{label}: {n} {kind} value(s) where the answer is finite ({spots})",
+                     "{label}：有 {n} 个 {kind}，而这些位置的正确答案是有限值（{spots}）"),
+    "outside_tolerance": ("{label}: {n} of {total} elements outside the tolerance",
+                          "{label}：{total} 个元素中有 {n} 个超出容差"),
+    "mismatches_only_in": ("mismatches only in {spots}", "不匹配只出现在：{spots}"),
+    "list_sep": ("; ", "；"),
+    "nonfinite_guarded": ("the grader surrounds the inputs with NaN-filled guard regions and fills tensors you "
+                          "allocate with torch.empty with NaN, so NaN in the output means a load past the end of a "
+                          "tensor without a mask, or output elements that were never written; otherwise look for "
+                          "-inf − (-inf) or 0/0",
+                          "grader 在输入周围放了填满 NaN 的保护区，并把你用 torch.empty 分配的张量也填成 NaN，"
+                          "所以输出里的 NaN 说明有 load 没带 mask、读过了张量末尾，或者有输出元素从没被写过；"
+                          "如果都不是，就找找 -inf − (-inf) 或 0/0"),
+    "nonfinite_plain": ("look for -inf − (-inf) (a fully masked row or an empty state) or 0/0",
+                        "找找 -inf − (-inf)（整行都被 mask 掉，或状态为空）或 0/0"),
+    "axis_rows": ("rows", "行"),
+    "axis_columns": ("columns", "列"),
+    "axis_elements": ("elements", "元素"),
+    "axis_dim": ("dim {i}", "第 {i} 维"),
+})
 
 #: a case builder: draws the case's inputs from the generator (called lazily, in order, once per run)
 CaseBuilder = Callable[[torch.Generator], "Case"]
@@ -55,6 +95,27 @@ class BugModel:
     name: str
     why: str
     simulate: Callable[[], torch.Tensor]
+
+
+def output_label() -> str:
+    """How a judge calls the learner's output in a problem ("output: wrong shape ...")."""
+    return T("output")
+
+
+def case_namer(cases: Callable[..., str]) -> Callable[..., str]:
+    """name(key, **values): the English name of a case from the case-name catalogue `cases` (code and tests select
+    cases by it), with its Chinese name registered for the reports. Names without placeholders are registered now,
+    the others when they are made."""
+    prefix = f"{cases.namespace}."  # type: ignore[attr-defined]
+    own = {msg_id: texts for msg_id, texts in CATALOGUE.items() if msg_id.startswith(prefix)}
+    case_names({texts["en"]: texts["zh"] for texts in own.values() if not fields(texts["en"])})
+
+    def name(key: str, **values: object) -> str:
+        texts = own[prefix + key]
+        en, zh = texts["en"].format(**values), texts["zh"].format(**values)
+        case_names({en: zh})
+        return en
+    return name
 
 
 def fmt_dtype(d: torch.dtype | None) -> str:
@@ -103,14 +164,13 @@ def on(env: Environment, gpu_value, interpreter_value):
 def tensor_like(out: Any, ref: torch.Tensor, problems: list[str], label: str, device: str) -> bool:
     """A tensor of ref's shape on the inputs' device; otherwise say what it is instead."""
     if not isinstance(out, torch.Tensor):
-        problems.append(f"{label}: expected a torch.Tensor, got {type(out).__name__}"
-                        + (" (did you forget to return it?)" if out is None else ""))
+        problems.append(T("not_tensor_none" if out is None else "not_tensor", label=label, got=type(out).__name__))
         return False
     if tuple(out.shape) != tuple(ref.shape):
-        problems.append(f"{label}: wrong shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+        problems.append(T("wrong_shape", label=label, got=tuple(out.shape), want=tuple(ref.shape)))
         return False
     if out.device.type != device:
-        problems.append(f"{label}: on device '{out.device}', expected '{device}' (the inputs' device)")
+        problems.append(T("wrong_device", label=label, got=out.device, want=device))
         return False
     return True
 
@@ -118,8 +178,8 @@ def tensor_like(out: Any, ref: torch.Tensor, problems: list[str], label: str, de
 class Exercise:
     """An exercise: override `case_builders`; override `judge`, `diagnose`, `nonfinite_hint` where needed."""
 
-    #: "only cases tagged T fail" -> this hint. Only concepts this exercise's code has.
-    hints: dict[str, str] = {}
+    #: "only cases tagged T fail" -> this hint (a messages.Text). Only concepts this exercise's code has.
+    hint_texts: dict[str, Text] = {}
     #: guard every allocation the function makes (a kernel can write out of bounds)
     triton: bool = False
     #: per-case time budget when no reference timing is available, in seconds
@@ -127,8 +187,13 @@ class Exercise:
     #: keep the learner's passing code where later notebooks look for it (grader.notebooks.keep_passing_code)
     keep_on_pass: bool = False
 
-    def __init__(self, id: str, title: str, notebook: str, function: str, signature: str) -> None:
+    def __init__(self, id: str, title: Text | str, notebook: str, function: str, signature: str) -> None:
         self.id, self.title, self.notebook, self.function, self.signature = id, title, notebook, function, signature
+
+    @property
+    def hints(self) -> dict[str, str]:
+        """The hints by tag, in the language in force."""
+        return {tag: str(text) for tag, text in self.hint_texts.items()}
 
     def __repr__(self) -> str:
         return f"<exercise {self.id} ({self.notebook})>"
@@ -158,7 +223,7 @@ class Exercise:
 
         def again(gen: torch.Generator) -> Case:
             case = first(gen)
-            case.name = f"{case.name}, again with fresh values"
+            case.name = f"{case.name}, again with fresh values"  # not shown as is: case_label translates it
             case.tags = case.tags | {"repeat"}
             return case
         return again
@@ -166,32 +231,27 @@ class Exercise:
     # -- judging ---------------------------------------------------------------------------------------------
     def judge(self, out: Any, case: Case, res, device: str) -> bool:
         """Default: one tensor, judged against case.expected at case.dtype's tolerance."""
-        return self.judge_tensor(out, case.expected, case, res, "output", self.axis_names(case), device)
+        return self.judge_tensor(out, case.expected, case, res, output_label(), self.axis_names(case), device)
 
     def axis_names(self, case: Case) -> tuple[str, ...]:
         ref = case.expected
-        names = {2: ("rows", "columns"), 3: ("dim 0", "rows", "columns"), 1: ("elements",)}
-        return names.get(ref.dim(), tuple(f"dim {i}" for i in range(ref.dim())))
+        rows, columns = T("axis_rows"), T("axis_columns")
+        names = {2: (rows, columns), 3: (T("axis_dim", i=0), rows, columns), 1: (T("axis_elements"),)}
+        return names.get(ref.dim(), tuple(T("axis_dim", i=i) for i in range(ref.dim())))
 
     def diagnose(self, out64: torch.Tensor, case: Case, wrong: torch.Tensor) -> list[str]:
         """Hints for an output that is wrong at `wrong`: where, and which simulated bug explains it."""
         return []
 
     def nonfinite_hint(self, case: Case) -> str:
-        if case.guards:
-            return ("the grader surrounds the inputs with NaN-filled guard regions and fills tensors you allocate "
-                    "with torch.empty with NaN, so NaN in the output means a load past the end of a tensor "
-                    "without a mask, or output elements that were never written; otherwise look for -inf − (-inf) "
-                    "or 0/0")
-        return "look for -inf − (-inf) (a fully masked row or an empty state) or 0/0"
+        return T("nonfinite_guarded" if case.guards else "nonfinite_plain")
 
     def judge_tensor(self, out: Any, ref: torch.Tensor, case: Case, res, label: str,
                      axis_names: Sequence[str], device: str) -> bool:
         if not tensor_like(out, ref, res.problems, label, device):
             return False
         if case.dtype is not None and out.dtype != case.dtype:
-            res.problems.append(f"{label}: dtype {fmt_dtype(out.dtype)}, expected {fmt_dtype(case.dtype)} "
-                                "(return the input's dtype)")
+            res.problems.append(T("wrong_dtype", label=label, got=fmt_dtype(out.dtype), want=fmt_dtype(case.dtype)))
             return False
         out64 = out.detach().to(torch.float64).cpu()
         ref64 = ref.to(torch.float64).cpu()
@@ -211,15 +271,15 @@ class Exercise:
             kind = "NaN" if torch.isnan(out64).any() else "Inf"
             res.max_abs = float("nan")
             spots = diagnosis.where(bad_nonfinite, axis_names)
-            res.problems.append(f"{label}: {n} {kind} value(s) where the answer is finite"
-                                + (f" ({'; '.join(spots)})" if spots else ""))
+            res.problems.append(T("nonfinite_at", label=label, n=n, kind=kind, spots=T("list_sep").join(spots))
+                                if spots else T("nonfinite", label=label, n=n, kind=kind))
             res.hints.append(self.nonfinite_hint(case))
         if not ok.all():
             if not bad_nonfinite.any():
-                res.problems.append(f"{label}: {int((~ok).sum())} of {ok.numel()} elements outside the tolerance")
+                res.problems.append(T("outside_tolerance", label=label, n=int((~ok).sum()), total=ok.numel()))
             spots = diagnosis.where(~ok, axis_names)
             if spots:
-                res.hints.append("mismatches only in " + "; ".join(spots))
+                res.hints.append(T("mismatches_only_in", spots=T("list_sep").join(spots)))
             res.hints += self.diagnose(out64, case, ~ok)
             return False
         return not bad_nonfinite.any()

@@ -10,34 +10,60 @@ from dataclasses import dataclass
 import torch
 
 from .. import oracle
-from .base import Case, Exercise, fmt_dtype, tensor_like
+from ..messages import catalogue
+from .base import Case, Exercise, case_namer, fmt_dtype, output_label, tensor_like
+
+T = catalogue("exercises.causal", {
+    "title_mask": ("The causal mask", "因果掩码"),
+    "title_split": ("Which K/V blocks a causal Q block visits", "因果 Q 块要访问哪些 K/V 块"),
+    "hint_rectangular": ("only the non-square cases fail: the mask is j ≤ i whatever n_q and n_k are (top-left)",
+                         "只有非方阵用例未通过：不管 n_q 和 n_k 是多少，掩码都是 j ≤ i（左上对齐）"),
+    "not_bool": ("{label}: dtype {got}, expected bool", "{label}：数据类型是 {got}，应为 bool"),
+    "wrong_visible": ("{n} wrong entries; e.g. [{i}, {j}] is {got}, expected {want} (key {j} is visible to query {i})",
+                      "有 {n} 个元素不对；例如 [{i}, {j}] 是 {got}，应为 {want}（query {i} 能看到 key {j}）"),
+    "wrong_hidden": ("{n} wrong entries; e.g. [{i}, {j}] is {got}, expected {want} (key {j} is not visible to query "
+                     "{i})",
+                     "有 {n} 个元素不对；例如 [{i}, {j}] 是 {got}，应为 {want}（query {i} 看不到 key {j}）"),
+    "looks_bottom_right": ("looks like: bottom-right alignment (j ≤ i + n_k − n_q); this course's mask is top-left, "
+                           "like SDPA's is_causal (j ≤ i)",
+                           "看起来像：右下对齐（j ≤ i + n_k − n_q）；本课程的掩码是左上对齐，与 SDPA 的 is_causal "
+                           "一致（j ≤ i）"),
+    "returned": ("returned {got}, expected {want}", "返回了 {got}，应为 {want}"),
+})
+
+#: case names (English inside the grader: code and tests select cases by them; reports show the Chinese)
+CASES = catalogue("exercises.causal.cases", {
+    "mask": ("n_q={nq}, n_k={nk}", "n_q={nq}、n_k={nk} 的掩码"),
+    "split": ("start_m={sm}, block_m={bm}, block_n={bn}, n_k={nk}",
+              "Q 块 start_m={sm}（block_m={bm}, block_n={bn}, n_k={nk}）"),
+})
+case_name = case_namer(CASES)
 
 
 class CausalMask(Exercise):
     budget_s = 30.0
-    hints = {"rectangular": "only the non-square cases fail: the mask is j ≤ i whatever n_q and n_k are (top-left)"}
+    hint_texts = {"rectangular": T.later("hint_rectangular")}
 
     def judge(self, out, case: Case, res, device) -> bool:
         ref = case.expected
-        if not tensor_like(out, ref, res.problems, "output", device):
+        if not tensor_like(out, ref, res.problems, output_label(), device):
             return False
         if out.dtype != torch.bool:
-            res.problems.append(f"output: dtype {fmt_dtype(out.dtype)}, expected bool")
+            res.problems.append(T("not_bool", label=output_label(), got=fmt_dtype(out.dtype)))
             return False
         wrong = (out.cpu() != ref.cpu()).nonzero().tolist()
         if wrong:
             i, j = wrong[0]
-            res.problems.append(f"{len(wrong)} wrong entries; e.g. [{i}, {j}] is {bool(out[i, j])}, expected "
-                                f"{bool(ref[i, j])} (key {j} {'is' if ref[i, j] else 'is not'} visible to query {i})")
+            res.problems.append(T("wrong_visible" if ref[i, j] else "wrong_hidden", n=len(wrong), i=i, j=j,
+                                  got=bool(out[i, j]), want=bool(ref[i, j])))
             if bool((out.cpu() == oracle.causal_mask(*ref.shape, align="bottom_right")).all()):
-                res.hints.append("looks like: bottom-right alignment (j ≤ i + n_k − n_q); this course's mask is "
-                                 "top-left, like SDPA's is_causal (j ≤ i)")
+                res.hints.append(T("looks_bottom_right"))
             return False
         return True
 
     def case_builders(self, env):
         def build(nq, nk):
-            return lambda gen: Case(name=f"n_q={nq}, n_k={nk}", args=(nq, nk), kwargs={"device": env.device},
+            return lambda gen: Case(name=case_name("mask", nq=nq, nk=nk), args=(nq, nk), kwargs={"device": env.device},
                                     expected=oracle.causal_mask(nq, nk), shapes=f"({nq}, {nk})",
                                     tags=frozenset({"square"} if nq == nk else {"rectangular"}))
         return [build(nq, nk) for nq, nk in [(1, 1), (4, 4), (4, 8), (8, 4), (37, 100), (100, 37)]]
@@ -58,7 +84,7 @@ class KVBlockSplit(Exercise):
         got = tuple(out) if isinstance(out, (tuple, list)) else out
         if got == case.expected:
             return True
-        res.problems.append(f"returned {got!r}, expected {case.expected!r}")
+        res.problems.append(T("returned", got=repr(got), want=repr(case.expected)))
         res.problems += oracle.kv_block_split_problems(case.start_m, case.block_m, case.block_n, case.n_k, got)
         return False
 
@@ -81,12 +107,12 @@ class KVBlockSplit(Exercise):
 
     @staticmethod
     def _case(sm, bm, bn, nk) -> SplitCase:
-        return SplitCase(name=f"start_m={sm}, block_m={bm}, block_n={bn}, n_k={nk}", args=(sm, bm, bn, nk),
+        return SplitCase(name=case_name("split", sm=sm, bm=bm, bn=bn, nk=nk), args=(sm, bm, bn, nk),
                          expected=oracle.kv_block_split(sm, bm, bn, nk), start_m=sm, block_m=bm, block_n=bn, n_k=nk)
 
 
 EXERCISES = [
-    CausalMask("causal_mask", "The causal mask", "07_causal", "causal_mask", "causal_mask(n_q, n_k, device=None)"),
-    KVBlockSplit("kv_block_split", "Which K/V blocks a causal Q block visits", "07_causal", "kv_block_split",
+    CausalMask("causal_mask", T.later("title_mask"), "07_causal", "causal_mask", "causal_mask(n_q, n_k, device=None)"),
+    KVBlockSplit("kv_block_split", T.later("title_split"), "07_causal", "kv_block_split",
                  "kv_block_split(start_m, block_m, block_n, n_k) -> (unmasked_end, masked_end)"),
 ]

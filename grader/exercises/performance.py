@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from ..messages import catalogue
 from .flash import FlashAttention, full_attention_builders
+
+T = catalogue("exercises.performance", {
+    "title": ("A fast FlashAttention kernel", "高性能的 FlashAttention kernel"),
+})
 
 
 class FlashAttentionFast(FlashAttention):
@@ -13,6 +18,6 @@ class FlashAttentionFast(FlashAttention):
 
 
 EXERCISES = [
-    FlashAttentionFast("flash_attention_fast", "A fast FlashAttention kernel", "08_performance",
+    FlashAttentionFast("flash_attention_fast", T.later("title"), "08_performance",
                        "flash_attention_fast", "flash_attention_fast(q, k, v, causal=False, sm_scale=None)"),
 ]

@@ -7,7 +7,99 @@ from dataclasses import dataclass
 import torch
 
 from .. import diagnosis, oracle
-from .base import BugModel, Case, Exercise, dtype_tag, randn, with_inputs
+from ..messages import catalogue
+from .base import BugModel, Case, Exercise, case_namer, dtype_tag, randn, with_inputs
+
+T = catalogue("exercises.softmax", {
+    "title_safe": ("Safe softmax", "安全 softmax"),
+    "title_online": ("Online softmax", "在线 softmax"),
+    "title_merge": ("Merging softmax states", "合并 softmax 状态"),
+    "overflow_fp16": ("exp overflowed: e^x is inf beyond x ≈ 11.1 (fp16's largest value is 65504) — subtract the "
+                      "row max before exponentiating",
+                      "exp 上溢了：x 超过 ≈ 11.1 时 e^x 就是 inf（fp16 能表示的最大值是 65504）——"
+                      "取指数之前先减去行最大值"),
+    "overflow": ("exp overflowed: e^x is inf beyond x ≈ 88.7 in fp32 — subtract the row max before exponentiating",
+                 "exp 上溢了：在 fp32 中 x 超过 ≈ 88.7 时 e^x 就是 inf——取指数之前先减去行最大值"),
+    # -- simulated classic bugs
+    "bug_wrong_axis": ("reduced along the wrong axis", "沿错误的轴做了归约"),
+    "bug_wrong_axis_why": ("the max and the sum were taken over the rows (dim=0 / axis=0); softmax normalises each "
+                           "row over its own elements: dim=-1 (axis=1 in a 2-D tile)",
+                           "最大值和求和是跨行（dim=0 / axis=0）算的；softmax 是让每一行在它自己的元素上归一化："
+                           "dim=-1（在 2-D tile 里是 axis=1）"),
+    "bug_max_not_subtracted": ("max not subtracted", "没有减去最大值"),
+    "bug_max_not_subtracted_why": ("exp(x) without subtracting the row max overflows for large x",
+                                   "不先减去行最大值，x 很大时 exp(x) 会上溢"),
+    "bug_l_not_rescaled": ("running sum not rescaled", "运行和没有重新缩放"),
+    "bug_l_not_rescaled_why": ("l was not multiplied by alpha = exp(m_old − m_new) when a block raised the max",
+                               "某个块抬高了最大值时，l 没有乘上 alpha = exp(m_old − m_new)"),
+    "bug_old_max": ("exponentials against the old max", "指数用了旧的最大值"),
+    "bug_old_max_why": ("a block's exponentials used the max from before that block; use the updated max",
+                        "一个块的指数用的是这个块之前的最大值；应该用更新后的最大值"),
+    # -- hints: "only cases tagged T fail"
+    "safe_large": ("only the large-magnitude cases fail: subtract each row's max before exp",
+                   "只有大数值用例未通过：exp 之前先减去每行的最大值"),
+    "safe_neg_inf": ("only the case with -inf entries fails: exp(-inf) is 0, which is right — look for -inf − (-inf) "
+                     "or a max taken over the wrong elements",
+                     "只有含 -inf 元素的用例未通过：exp(-inf) 是 0，这没错——找找有没有 -inf − (-inf)，"
+                     "或者最大值是不是在错误的元素上取的"),
+    "safe_fp16": ("only fp16 cases fail: subtract the max (fp16's exp overflows beyond x ≈ 11), compute in fp32 if "
+                  "you like, and return x's dtype",
+                  "只有 fp16 用例未通过：先减去最大值（fp16 的 exp 在 x 超过 ≈ 11 时就会上溢），愿意的话可以用 fp32 "
+                  "计算，最后返回 x 的 dtype"),
+    "safe_fp64": ("only fp64 cases fail: compute in the input's precision and return its dtype",
+                  "只有 fp64 用例未通过：按输入的精度计算，并返回它的 dtype"),
+    "online_multi_block": ("only inputs longer than one block fail: when a block raises the running max, the running "
+                           "sum l is rescaled by alpha = exp(m_old − m_new) before the block's exponentials (taken "
+                           "against the new max) are added",
+                           "只有长度超过一个块的输入未通过：某个块抬高了运行最大值时，要先把运行和 l 乘上 "
+                           "alpha = exp(m_old − m_new) 重新缩放，再加上这个块的指数（以新的最大值为基准）"),
+    "online_ragged": ("only rows whose length is not a multiple of block_size fail: the last block is shorter — "
+                      "slice to the end of the row",
+                      "只有长度不是 block_size 整数倍的行未通过：最后一个块更短——切片切到行尾即可"),
+    "online_large": ("only the large-magnitude case fails: exponentiate against the running max, never the raw "
+                     "values",
+                     "只有大数值用例未通过：取指数时要以运行最大值为基准，不要直接对原始值取指数"),
+    "online_fp16": ("only fp16 cases fail: keep m and l in fp32 and return x's dtype",
+                    "只有 fp16 用例未通过：m 和 l 保持 fp32，最后返回 x 的 dtype"),
+    "merge_empty": ("only cases with an empty side (m = -inf, l = 0) fail: -inf − (-inf) is NaN, so handle the "
+                    "all-empty case explicitly (e.g. use 0 instead of -inf as the reference max)",
+                    "只有某一侧为空（m = -inf, l = 0）的用例未通过：-inf − (-inf) 是 NaN，所以两侧都为空的情况要单独"
+                    "处理（比如参考最大值用 0 代替 -inf）"),
+    "merge_large": ("only the large-magnitude case fails: rescale each sum by exp(m_side − m) with m the larger max, "
+                    "never exp(m_side) on its own",
+                    "只有大数值用例未通过：每个和都乘上 exp(m_side − m) 来重新缩放，m 取两者中较大的那个最大值；"
+                    "不要单独计算 exp(m_side)"),
+    # -- problems
+    "not_a_pair": ("expected a tuple (m, l) of 2 tensors, got {got}",
+                   "应返回由 2 个张量组成的元组 (m, l)，实际得到 {got}"),
+    "states_shape": ("states of shape {shape}", "形状为 {shape} 的状态"),
+})
+
+#: case names (English inside the grader: code and tests select cases by them; reports show the Chinese)
+CASES = catalogue("exercises.softmax.cases", {
+    "rows_of_10": ("rows of 10", "每行 10 个元素"),
+    "three_d": ("3-D input", "3 维输入"),
+    "one_element": ("one element", "只有一个元素"),
+    "large_1e4": ("large magnitude (x·1e4)", "大数值（x·1e4）"),
+    "fp16_large_50": ("fp16, large magnitude (x·50)", "fp16，大数值（x·50）"),
+    "neg_inf": ("with -inf entries", "含 -inf 元素"),
+    "fp64": ("fp64", "fp64 输入"),
+    "online_short": ("row shorter than a block, block_size={bs}", "行比一个块短，block_size={bs}"),
+    "online_several": ("several blocks, block_size={bs}", "多个块，block_size={bs}"),
+    "online_ragged": ("ragged last block, block_size={bs}", "最后一个块不完整，block_size={bs}"),
+    "online_block_of_one": ("block of one, block_size={bs}", "块大小为 1，block_size={bs}"),
+    "online_three_d": ("3-D input, block_size={bs}", "3 维输入，block_size={bs}"),
+    "online_ascending": ("ascending rows (the max changes in every block), block_size={bs}",
+                         "升序排列的行（每个块都会改变最大值），block_size={bs}"),
+    "online_large": ("large magnitude (x·1e4), block_size={bs}", "大数值（x·1e4），block_size={bs}"),
+    "online_fp16": ("fp16, block_size={bs}", "fp16 输入，block_size={bs}"),
+    "halves": ("two halves of random rows", "随机行的前后两半"),
+    "second_larger": ("second half has the larger max", "后一半的最大值更大"),
+    "large_1e3": ("large magnitude (x·1e3)", "大数值（x·1e3）"),
+    "one_empty": ("one side empty (m = -inf, l = 0)", "一侧为空（m = -inf, l = 0）"),
+    "both_empty": ("both sides empty", "两侧都为空"),
+})
+case_name = case_namer(CASES)
 
 
 @dataclass
@@ -17,8 +109,7 @@ class SoftmaxCase(Case):
 
 
 def overflow_hint(case: Case) -> str:
-    limit = "≈ 11.1 (fp16's largest value is 65504)" if case.dtype == torch.float16 else "≈ 88.7 in fp32"
-    return f"exp overflowed: e^x is inf beyond x {limit} — subtract the row max before exponentiating"
+    return T("overflow_fp16" if case.dtype == torch.float16 else "overflow")
 
 
 def _softmax_case(env, gen, name, shape, dtype, magnitude=1.0, tags=(), block_size=None, neg_inf=False,
@@ -53,11 +144,8 @@ def row_softmax_bugs(case: SoftmaxCase) -> list[BugModel]:
     x = case.x.to(torch.float64).cpu()
     bugs = []
     if x.dim() >= 2 and x.shape[-2] > 1:
-        bugs.append(BugModel("reduced along the wrong axis",
-                             "the max and the sum were taken over the rows (dim=0 / axis=0); softmax normalises each "
-                             "row over its own elements: dim=-1 (axis=1 in a 2-D tile)",
-                             lambda: torch.softmax(x, dim=-2)))
-    bugs.append(BugModel("max not subtracted", "exp(x) without subtracting the row max overflows for large x",
+        bugs.append(BugModel(T("bug_wrong_axis"), T("bug_wrong_axis_why"), lambda: torch.softmax(x, dim=-2)))
+    bugs.append(BugModel(T("bug_max_not_subtracted"), T("bug_max_not_subtracted_why"),
                          lambda: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)))
     return bugs
 
@@ -76,67 +164,50 @@ class SoftmaxExercise(Exercise):
 
 
 class SafeSoftmax(SoftmaxExercise):
-    hints = {
-        "large": "only the large-magnitude cases fail: subtract each row's max before exp",
-        "neg-inf": "only the case with -inf entries fails: exp(-inf) is 0, which is right — look for -inf − (-inf) "
-                   "or a max taken over the wrong elements",
-        "dtype:float16": "only fp16 cases fail: subtract the max (fp16's exp overflows beyond x ≈ 11), compute in "
-                         "fp32 if you like, and return x's dtype",
-        "dtype:float64": "only fp64 cases fail: compute in the input's precision and return its dtype",
-    }
+    hint_texts = {"large": T.later("safe_large"), "neg-inf": T.later("safe_neg_inf"),
+                  "dtype:float16": T.later("safe_fp16"), "dtype:float64": T.later("safe_fp64")}
 
     def case_builders(self, env):
         f32, f16 = torch.float32, torch.float16
         c = lambda *a, **k: (lambda gen: _softmax_case(env, gen, *a, **k))  # noqa: E731
         return [
-            c("rows of 10", (4, 10), f32),
-            c("3-D input", (2, 3, 129), f32),
-            c("one element", (1, 1), f32),
-            c("large magnitude (x·1e4)", (5, 64), f32, magnitude=1e4),
-            c("fp16, large magnitude (x·50)", (4, 100), f16, magnitude=50.0),
-            c("with -inf entries", (6, 31), f32, neg_inf=True, tags={"neg-inf"}),
-            c("fp64", (3, 17), torch.float64),
+            c(case_name("rows_of_10"), (4, 10), f32),
+            c(case_name("three_d"), (2, 3, 129), f32),
+            c(case_name("one_element"), (1, 1), f32),
+            c(case_name("large_1e4"), (5, 64), f32, magnitude=1e4),
+            c(case_name("fp16_large_50"), (4, 100), f16, magnitude=50.0),
+            c(case_name("neg_inf"), (6, 31), f32, neg_inf=True, tags={"neg-inf"}),
+            c(case_name("fp64"), (3, 17), torch.float64),
         ]
 
 
 class OnlineSoftmax(SoftmaxExercise):
-    hints = {
-        "multi-block": "only inputs longer than one block fail: when a block raises the running max, the running sum "
-                       "l is rescaled by alpha = exp(m_old − m_new) before the block's exponentials (taken against "
-                       "the new max) are added",
-        "ragged": "only rows whose length is not a multiple of block_size fail: the last block is shorter — slice "
-                  "to the end of the row",
-        "large": "only the large-magnitude case fails: exponentiate against the running max, never the raw values",
-        "dtype:float16": "only fp16 cases fail: keep m and l in fp32 and return x's dtype",
-    }
+    hint_texts = {"multi-block": T.later("online_multi_block"), "ragged": T.later("online_ragged"),
+                  "large": T.later("online_large"), "dtype:float16": T.later("online_fp16")}
 
     def bugs(self, case: SoftmaxCase) -> list[BugModel]:
         x, bs = case.x.to(torch.float64).cpu(), case.block_size
         bugs = row_softmax_bugs(case)
         if x.shape[-1] > bs:
-            bugs += [BugModel("running sum not rescaled",
-                              "l was not multiplied by alpha = exp(m_old − m_new) when a block raised the max",
+            bugs += [BugModel(T("bug_l_not_rescaled"), T("bug_l_not_rescaled_why"),
                               lambda: _online(x, bs, rescale=False)),
-                     BugModel("exponentials against the old max",
-                              "a block's exponentials used the max from before that block; use the updated max",
-                              lambda: _online(x, bs, exp_max="old"))]
+                     BugModel(T("bug_old_max"), T("bug_old_max_why"), lambda: _online(x, bs, exp_max="old"))]
         return bugs
 
     def case_builders(self, env):
         f32, f16 = torch.float32, torch.float16
 
-        def s(name, shape, dtype, bs, **k):
-            return lambda gen: _softmax_case(env, gen, f"{name}, block_size={bs}", shape, dtype, block_size=bs, **k)
+        def s(key, shape, dtype, bs, **k):
+            return lambda gen: _softmax_case(env, gen, case_name(key, bs=bs), shape, dtype, block_size=bs, **k)
         return [
-            s("row shorter than a block", (3, 50), f32, 128),
-            s("several blocks", (4, 1000), f32, 128, tags={"multi-block"}),
-            s("ragged last block", (5, 77), f32, 16, tags={"multi-block", "ragged"}),
-            s("block of one", (2, 9), f32, 1, tags={"multi-block"}),
-            s("3-D input", (2, 3, 300), f32, 64, tags={"multi-block"}),
-            s("ascending rows (the max changes in every block)", (3, 256), f32, 32, ascending=True,
-              tags={"multi-block"}),
-            s("large magnitude (x·1e4)", (4, 300), f32, 64, magnitude=1e4, tags={"multi-block"}),
-            s("fp16", (4, 200), f16, 64, tags={"multi-block"}),
+            s("online_short", (3, 50), f32, 128),
+            s("online_several", (4, 1000), f32, 128, tags={"multi-block"}),
+            s("online_ragged", (5, 77), f32, 16, tags={"multi-block", "ragged"}),
+            s("online_block_of_one", (2, 9), f32, 1, tags={"multi-block"}),
+            s("online_three_d", (2, 3, 300), f32, 64, tags={"multi-block"}),
+            s("online_ascending", (3, 256), f32, 32, ascending=True, tags={"multi-block"}),
+            s("online_large", (4, 300), f32, 64, magnitude=1e4, tags={"multi-block"}),
+            s("online_fp16", (4, 200), f16, 64, tags={"multi-block"}),
         ]
 
 
@@ -147,16 +218,11 @@ class MergeCase(Case):
 
 class MergeSoftmaxStates(Exercise):
     budget_s = 30.0
-    hints = {
-        "empty": "only cases with an empty side (m = -inf, l = 0) fail: -inf − (-inf) is NaN, so handle the "
-                 "all-empty case explicitly (e.g. use 0 instead of -inf as the reference max)",
-        "large": "only the large-magnitude case fails: rescale each sum by exp(m_side − m) with m the larger max, "
-                 "never exp(m_side) on its own",
-    }
+    hint_texts = {"empty": T.later("merge_empty"), "large": T.later("merge_large")}
 
     def judge(self, out, case: MergeCase, res, device) -> bool:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            res.problems.append(f"expected a tuple (m, l) of 2 tensors, got {type(out).__name__}")
+            res.problems.append(T("not_a_pair", got=type(out).__name__))
             return False
         ok = True
         for name, o, r in zip(("m", "l"), out, case.expected):
@@ -180,25 +246,25 @@ class MergeSoftmaxStates(Exercise):
                 safe = torch.where(torch.isinf(mm), torch.zeros_like(mm), mm)
                 ll = t["l1"] * torch.exp(t["m1"] - safe) + t["l2"] * torch.exp(t["m2"] - safe)
                 case = MergeCase(name=name, expected=(mm, ll), dtype=torch.float32,
-                                 shapes=f"states of shape {tuple(m1.shape)}", tags=frozenset(tags), states=t)
+                                 shapes=T("states_shape", shape=tuple(m1.shape)), tags=frozenset(tags), states=t)
                 return with_inputs(case, **tensors)
             return build
 
         def g(gen, *shape, s=1.0):
             return torch.randn(shape, generator=gen, dtype=torch.float64) * s
         return [
-            make("two halves of random rows", lambda gen: (g(gen, 8, 30), g(gen, 8, 50))),
-            make("second half has the larger max", lambda gen: (g(gen, 4, 20), g(gen, 4, 20) + 5.0)),
-            make("large magnitude (x·1e3)", lambda gen: (g(gen, 4, 40, s=1e3), g(gen, 4, 40, s=1e3)), {"large"}),
-            make("one side empty (m = -inf, l = 0)", lambda gen: (g(gen, 3, 0), g(gen, 3, 25)), {"empty"}),
-            make("both sides empty", lambda gen: (g(gen, 2, 0), g(gen, 2, 0)), {"empty"}),
+            make(case_name("halves"), lambda gen: (g(gen, 8, 30), g(gen, 8, 50))),
+            make(case_name("second_larger"), lambda gen: (g(gen, 4, 20), g(gen, 4, 20) + 5.0)),
+            make(case_name("large_1e3"), lambda gen: (g(gen, 4, 40, s=1e3), g(gen, 4, 40, s=1e3)), {"large"}),
+            make(case_name("one_empty"), lambda gen: (g(gen, 3, 0), g(gen, 3, 25)), {"empty"}),
+            make(case_name("both_empty"), lambda gen: (g(gen, 2, 0), g(gen, 2, 0)), {"empty"}),
         ]
 
 
 EXERCISES = [
-    SafeSoftmax("safe_softmax", "Safe softmax", "02_online_softmax", "safe_softmax", "safe_softmax(x)"),
-    OnlineSoftmax("online_softmax", "Online softmax", "02_online_softmax", "online_softmax",
+    SafeSoftmax("safe_softmax", T.later("title_safe"), "02_online_softmax", "safe_softmax", "safe_softmax(x)"),
+    OnlineSoftmax("online_softmax", T.later("title_online"), "02_online_softmax", "online_softmax",
                   "online_softmax(x, block_size=128)"),
-    MergeSoftmaxStates("merge_softmax_states", "Merging softmax states", "02_online_softmax", "merge_softmax_states",
+    MergeSoftmaxStates("merge_softmax_states", T.later("title_merge"), "02_online_softmax", "merge_softmax_states",
                        "merge_softmax_states(m1, l1, m2, l2) -> (m, l)"),
 ]

@@ -144,6 +144,15 @@ def colab_url(repository: str, notebook: str, branch: str = "main") -> str:
     return f"https://colab.research.google.com/github/{m.group(1)}/blob/{branch}/notebooks/{notebook}"
 
 
+def modelscope_url(root: Path, path: str) -> str:
+    """The "在魔搭中打开" link of the notebook at `path` (relative to the course root), from pyproject.toml."""
+    pattern = course_setting(root, "modelscope")
+    if not pattern or "{path}" not in pattern:
+        raise BuildError(f"{Path(root) / 'pyproject.toml'}: no [tool.{PYPROJECT_TABLE}] modelscope = "
+                         '"...{path}..." (the pattern of the 在魔搭中打开 links)')
+    return pattern.replace("{path}", path)
+
+
 def _first_code_cell(nb: dict, where: str) -> dict:
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code":

@@ -18,12 +18,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .. import answers
 from .. import notebooks as nbs
-from . import build
+from . import build, translations
 
 MARKER = ".flash-attention-course-release"  # a folder with this file may be overwritten by the next release
 INSTRUCTORS = re.compile(r"\n?<!-- instructors -->.*?<!-- /instructors -->\n?", re.S)
 FILES = ("colab_setup.sh", "pyproject.toml", "requirements.txt", "LICENSE")
+READMES = ("README.md", "README.zh-CN.md")
 README_FIGURES = re.compile(r"\]\((results/[^)\s]+)\)")
 
 
@@ -33,6 +35,7 @@ def release_branch(root: Path) -> str:
 
 def learner_readme(text: str, branch: str, repository: str | None = None) -> str:
     text = INSTRUCTORS.sub("\n", text).replace("/blob/main/notebooks/", f"/blob/{branch}/notebooks/")
+    text = re.sub(r"\n{3,}", "\n\n", text)
     if repository:
         text = text.replace(f"git clone --depth 1 {repository}", f"git clone --depth 1 --branch {branch} {repository}")
     return text
@@ -70,17 +73,27 @@ def write_release(root: Path, dest: Path) -> list[Path]:
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", nbs.BUNDLE.name))
     sources = {sol.stem: nbs.export_source(sol) for sol in sorted((root / "solutions").glob("*.ipynb"))
                if _has_exports(sol)}
+    explanations: dict[str, dict[str, str]] = {}
+    todos: dict[str, dict[str, list]] = {lang: {} for lang in translations.EDITIONS}
+    for sol in sorted((root / "solutions").glob("*.ipynb")):
+        explanations |= answers.explanations_of(sol)
+        for lang in todos:
+            todos[lang][sol.stem] = answers.todo_translations(sol, lang)
     bundle = dest / "grader" / nbs.BUNDLE.name
-    bundle.write_bytes(nbs.pack_references(sources))
+    bundle.write_bytes(nbs.pack_references(sources, explanations, todos))
     written += [bundle, *sorted(p for p in (dest / "grader").rglob("*.py"))]
     for name in FILES:
         if (root / name).exists():
             shutil.copy2(root / name, dest / name)
             written.append(dest / name)
-    readme = learner_readme((root / "README.md").read_text(encoding="utf-8"), branch, url)
-    (dest / "README.md").write_text(readme, encoding="utf-8")
-    written.append(dest / "README.md")
-    for rel in sorted(set(README_FIGURES.findall(readme))):
+    figures: set[str] = set()
+    for name in READMES:
+        if (root / name).exists():
+            readme = learner_readme((root / name).read_text(encoding="utf-8"), branch, url)
+            (dest / name).write_text(readme, encoding="utf-8")
+            written.append(dest / name)
+            figures |= set(README_FIGURES.findall(readme))
+    for rel in sorted(figures):
         src = root / rel
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
