@@ -48,6 +48,8 @@ def attention(q, k, v, sm_scale=None, causal=False, *, mask_offset: int = 0, ali
     if causal:
         keep = causal_mask(q.shape[-2], k.shape[-2], q.device, align=align, offset=mask_offset)
         s = s.masked_fill(~keep, float("-inf"))
+        if align == "bottom_right":  # with N_q > N_k the first rows see no key: FlashAttention-2 returns 0 there
+            return torch.softmax(s, dim=-1).where(keep.any(-1, keepdim=True), 0.0) @ v
     return torch.softmax(s, dim=-1) @ v
 
 

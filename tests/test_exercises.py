@@ -227,9 +227,9 @@ def _solution(ex_id):
 def test_a_wrapper_that_does_not_validate_fails_the_bad_argument_cases():
     ref = _solution("flash_attention")
 
-    def lax(q, k, v, causal=False, sm_scale=None):
+    def lax(q, k, v, causal=False, sm_scale=None, **kwargs):
         try:
-            return ref(q, k, v, causal=causal, sm_scale=sm_scale)
+            return ref(q, k, v, causal=causal, sm_scale=sm_scale, **kwargs)
         except ValueError:
             return torch.zeros(1)
     r = grader.check("flash_attention", lax, quiet=True, record=False)

@@ -42,10 +42,15 @@ def test_reference_itself_passes():
 
 FA = [
     ("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot(", "accumulator not rescaled"),
-    ("acc = acc / l_i[:, None]", "acc = acc", "no final division"),
+    ("acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]", "acc = acc", "no final division"),
     ("off_hkv = off_h // GROUP_SIZE", "off_hkv = off_h % (H // GROUP_SIZE)", "wrong K/V head for GQA"),
     ("offs_n[None, :] <= offs_m[:, None]", "offs_n[None, :] < offs_m[:, None]", "off by one (j < i)"),
     ("offs_n[None, :] <= offs_m[:, None]", "offs_n[None, :] <= offs_m[:, None] + 1", "off by one (j ≤ i + 1)"),
+    ("<= offs_m[:, None] + CAUSAL_OFFSET, s,", "<= offs_m[:, None], s,",
+     "looks like: top-left causal alignment where bottom-right was asked for"),
+    ('m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_ref = m_new", "NaN in rows that see no key"),
+    ("acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]", "acc = acc / l_i[:, None]",
+     "NaN in rows that see no key"),
     ("*q.stride(), *k.stride(), *v.stride()",
      "*q.contiguous().stride(), *k.contiguous().stride(), *v.contiguous().stride()", "strides ignored"),
     ("q_base = Q + off_b * stride_qb + off_h * stride_qh", "q_base = Q + off_h * stride_qh",

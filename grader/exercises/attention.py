@@ -97,6 +97,24 @@ T = catalogue("exercises.attention", {
                              "SDPA's is_causal, which the course follows, is top-left (j ≤ i)",
                              "掩码按右下对齐（FlashAttention-2 的做法，j ≤ i + Nk − Nq）；本课程遵循 SDPA 的 "
                              "is_causal，是左上对齐（j ≤ i）"),
+    "bug_top_left": ("top-left causal alignment where bottom-right was asked for",
+                     "要求右下对齐，掩码却按左上对齐"),
+    "bug_top_left_why": ("causal_align=\"bottom_right\" means query i sees keys j ≤ i + N_k − N_q (the queries are "
+                         "the last N_q positions); the mask ignored the offset N_k − N_q",
+                         "causal_align=\"bottom_right\" 表示 query i 能看到 j ≤ i + N_k − N_q 的 key（这些 query 是"
+                         "序列的最后 N_q 个位置）；掩码漏掉了偏移量 N_k − N_q"),
+    "hint_bottom_right": ("only the bottom-right cases fail: with causal_align=\"bottom_right\" row i sees keys "
+                          "j ≤ i + N_k − N_q, so shift both the loop bound and the mask by N_k − N_q; when N_q > N_k "
+                          "the first N_q − N_k rows see no key at all and their output is 0",
+                          "只有右下对齐的用例未通过：causal_align=\"bottom_right\" 时第 i 行能看到 j ≤ i + N_k − N_q "
+                          "的 key，所以循环上界和掩码都要平移 N_k − N_q；N_q > N_k 时前 N_q − N_k 行一个 key 也看不到，"
+                          "它们的输出是 0"),
+    "nonfinite_empty_rows": ("NaN in rows that see no key (bottom-right, N_q > N_k): every score of such a row is "
+                             "-inf, so m stays -inf and exp(-inf − (-inf)) is NaN; exponentiate against 0 where m is "
+                             "-inf (tl.where) and divide by 1 where l is 0, so that these rows come out 0",
+                             "看不到任何 key 的行出现了 NaN（右下对齐且 N_q > N_k）：这种行的分数全是 -inf，"
+                             "m 一直是 -inf，exp(-inf − (-inf)) 就是 NaN；m 为 -inf 时改用 0 来取指数（tl.where），"
+                             "l 为 0 时除以 1，这些行的输出就是 0"),
     "bug_mask_applied": ("causal mask applied", "多加了因果掩码"),
     "bug_mask_applied_why": ("causal=False was requested but keys j > i were masked",
                              "要求的是 causal=False，却把 j > i 的 key mask 掉了"),
@@ -220,6 +238,7 @@ class AttentionCase(Case):
     two_d: bool = False  # (N, D) tensors, one head
     block_m: int | None = None  # the block sizes the exercise is called with, when it takes them
     block_n: int | None = None
+    causal_align: str = "top_left"  # or "bottom_right": query i sees keys j <= i + N_k - N_q (FlashAttention-2)
 
     @property
     def scale(self) -> float:
@@ -247,12 +266,14 @@ def sdpa_style_call(case: AttentionCase) -> tuple[tuple, dict]:
     kwargs = {"causal": case.causal}
     if case.sm_scale is not None:
         kwargs["sm_scale"] = case.sm_scale
+    if case.causal_align != "top_left":
+        kwargs["causal_align"] = case.causal_align
     return (case.placed["q"], case.placed["k"], case.placed["v"]), kwargs
 
 
 def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=1, H_kv=None, Nq=64, Nk=64,
                    D=64, dtype=torch.float32, causal=False, sm_scale=None, magnitude=1.0, layout="bhnd",
-                   guard=False, two_d=False, block_m=None, block_n=None, tags=(),
+                   guard=False, two_d=False, block_m=None, block_n=None, tags=(), causal_align="top_left",
                    call: Callable[[AttentionCase], tuple[tuple, dict]] = sdpa_style_call) -> AttentionCase:
     H_kv = H if H_kv is None else H_kv
     if two_d:
@@ -270,11 +291,13 @@ def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=
         all_tags |= {"batch"} if B > 1 else set()
         all_tags |= {"heads"} if H > 1 else set()
     all_tags |= {"causal"} if causal else set()
+    all_tags |= {"bottom-right"} if causal and causal_align == "bottom_right" else set()
     all_tags |= {"gqa"} if H_kv != H else set()
     all_tags |= {"strided"} if perm else set()
     all_tags |= {"large"} if magnitude > 1 else set()
     shape_txt = f"q ({Nq}, {D}), k/v ({Nk}, {D})" if two_d else f"q ({B}, {H}, {Nq}, {D}), k/v ({B}, {H_kv}, {Nk}, {D})"
-    case = AttentionCase(name=name, expected=oracle.attention(drawn["q"], drawn["k"], drawn["v"], sm_scale, causal),
+    expected = oracle.attention(drawn["q"], drawn["k"], drawn["v"], sm_scale, causal, align=causal_align)
+    case = AttentionCase(name=name, expected=expected, causal_align=causal_align,
                          dtype=dtype, shapes=shape_txt, inputs=dict(placed), guards=guards,
                          tags=frozenset(all_tags), q=drawn["q"], k=drawn["k"], v=drawn["v"], placed=placed,
                          causal=causal, sm_scale=sm_scale, layout=layout, two_d=two_d, block_m=block_m,
@@ -394,7 +417,8 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
 def scale_and_mask_bugs(case: AttentionCase) -> list[BugModel]:
     q, k, v = case.f64()
     scale, causal = case.scale, case.causal
-    att = lambda **kw: oracle.attention(q, k, v, **{"sm_scale": scale, "causal": causal, **kw})  # noqa: E731
+    align = case.causal_align
+    att = lambda **kw: oracle.attention(q, k, v, **{"sm_scale": scale, "causal": causal, "align": align, **kw})  # noqa: E731
     bugs = [BugModel(T("bug_scale_missing"), T("bug_scale_missing_why"), lambda: att(sm_scale=1.0)),
             BugModel(T("bug_scale_twice"), T("bug_scale_twice_why"), lambda: att(sm_scale=scale * scale))]
     if case.sm_scale is not None:
@@ -404,9 +428,11 @@ def scale_and_mask_bugs(case: AttentionCase) -> list[BugModel]:
         bugs += [BugModel(T("bug_mask_diagonal"), T("bug_mask_diagonal_why"), lambda: att(mask_offset=-1)),
                  BugModel(T("bug_mask_one_more"), T("bug_mask_one_more_why"), lambda: att(mask_offset=1)),
                  BugModel(T("bug_mask_ignored"), T("bug_mask_ignored_why"), lambda: att(causal=False))]
-        if case.n_q != case.n_k:
+        if case.n_q != case.n_k and align == "top_left":
             bugs.append(BugModel(T("bug_bottom_right"), T("bug_bottom_right_why"),
                                  lambda: att(align="bottom_right")))
+        elif case.n_q != case.n_k:
+            bugs.append(BugModel(T("bug_top_left"), T("bug_top_left_why"), lambda: att(align="top_left")))
     elif "causal" in case.kwargs:
         bugs.append(BugModel(T("bug_mask_applied"), T("bug_mask_applied_why"), lambda: att(causal=True)))
     return bugs
@@ -435,6 +461,7 @@ def layout_bugs(case: AttentionCase) -> list[BugModel]:
 # ------------------------------------------------------------------------------------------------- hints
 HINTS = {  # tag -> hint, rendered when shown
     "causal": T.later("hint_causal"),
+    "bottom-right": T.later("hint_bottom_right"),
     "ragged": T.later("hint_ragged"),
     "gqa": T.later("hint_gqa"),
     "strided": T.later("hint_strided"),
@@ -473,6 +500,8 @@ class AttentionExercise(Exercise):
         return (T("axis_batch"), T("axis_head"), T("axis_query_rows"), T("axis_head_dim_columns"))
 
     def nonfinite_hint(self, case: AttentionCase) -> str:
+        if "bottom-right" in case.tags and case.n_q > case.n_k:
+            return T("nonfinite_empty_rows")
         return overflow_hint(case) if "large" in case.tags else super().nonfinite_hint(case)
 
     def diagnose(self, out64, case: AttentionCase, wrong) -> list[str]:

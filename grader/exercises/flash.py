@@ -58,6 +58,12 @@ CASES = catalogue("exercises.flash.cases", {
     "head_dim_96": ("head dim 96, fp32", "头维度 96，fp32"),
     "gqa": ("GQA: 6 heads share 2 K/V heads", "GQA：6 个头共享 2 个 K/V 头"),
     "strided": ("(B, N, H, D) views: non-contiguous strides", "(B, N, H, D) 视图：非连续步长"),
+    "br_decode": ("causal bottom-right, 4 queries after 300 keys (decoding)",
+                  "因果右下对齐，300 个 key 之后的 4 个 query（解码）"),
+    "br_empty_rows": ("causal bottom-right, Nq > Nk: rows that see no key",
+                      "因果右下对齐，Nq > Nk：有的行看不到任何 key"),
+    "br_gqa_strided": ("causal bottom-right GQA as (B, N, H, D) views", "因果右下对齐的 GQA，(B, N, H, D) 视图"),
+    "br_square": ("causal bottom-right, square (the same as top-left)", "因果右下对齐，方阵（与左上对齐相同）"),
     "causal_ragged": ("causal, ragged", "因果，非整块长度"),
     "causal_gqa_strided": ("causal GQA as (B, N, H, D) views", "因果 GQA，(B, N, H, D) 视图"),
     "fp32": ("fp32", "fp32 输入"),
@@ -144,7 +150,7 @@ def bad_argument_builders(env) -> list[CaseBuilder]:
     ]
 
 
-def full_attention_builders(env) -> list[CaseBuilder]:
+def full_attention_builders(env, bottom_right: bool = False) -> list[CaseBuilder]:
     """Everything a production forward kernel handles (06; 08's tuned kernel is graded on the same)."""
     f32, f16 = torch.float32, torch.float16
 
@@ -182,6 +188,15 @@ def full_attention_builders(env) -> list[CaseBuilder]:
                        tags={"ragged", "multi-block"}))
         cases.append(c(case_name("bf16_causal"), H=2, Nq=256, Nk=256, D=64, dtype=torch.bfloat16, causal=True,
                        tags={"multi-block"}))
+    if bottom_right:  # notebook 07's causal_align="bottom_right" (FlashAttention-2's convention)
+        br = dict(dtype=f16, causal=True, causal_align="bottom_right")
+        cases += [
+            c(case_name("br_decode"), H=2, Nq=4, Nk=300, D=64, tags={"ragged", "multi-block"}, **br),
+            c(case_name("br_empty_rows"), Nq=100, Nk=40, D=32, tags={"ragged"}, **br),
+            c(case_name("br_gqa_strided"), B=2, H=4, H_kv=2, Nq=70, Nk=150, D=64, layout="bnhd",
+              tags={"ragged", "multi-block"}, **br),
+            c(case_name("br_square"), H=2, Nq=96, Nk=96, D=32, tags={"ragged"}, **br),
+        ]
     return cases + bad_argument_builders(env)
 
 
@@ -200,12 +215,12 @@ class FlashAttention(AttentionExercise):
     triton = True
     keep_on_pass = True  # notebook 07 grades the causal part of this very kernel
     bug_families = (scale_and_mask_bugs, softmax_bugs, layout_bugs)
-    hint_texts = pick("causal", "ragged", "gqa", "strided", "large", "multi-block", "scale", "pad-d", "batch",
-                      "heads", "dtype:float16", "dtype:bfloat16", "dtype:float32", "repeat",
+    hint_texts = pick("causal", "bottom-right", "ragged", "gqa", "strided", "large", "multi-block", "scale",
+                      "pad-d", "batch", "heads", "dtype:float16", "dtype:bfloat16", "dtype:float32", "repeat",
                       arguments=T.later("hint_arguments"))
 
     def case_builders(self, env):
-        return full_attention_builders(env)
+        return full_attention_builders(env, bottom_right=True)
 
     def hidden_case_builders(self, env):
         return [random_full_attention(env)]
@@ -215,5 +230,6 @@ EXERCISES = [
     FlashAttention2D("flash_attention_2d", T.later("title_2d"), "05_flash_attention_2d",
                      "flash_attention_2d", "flash_attention_2d(q, k, v, sm_scale)"),
     FlashAttention("flash_attention", T.later("title_full"), "06_flash_attention",
-                   "flash_attention", "flash_attention(q, k, v, causal=False, sm_scale=None)"),
+                   "flash_attention",
+                   "flash_attention(q, k, v, causal=False, sm_scale=None, causal_align=\"top_left\")"),
 ]

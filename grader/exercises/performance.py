@@ -12,6 +12,8 @@ T = catalogue("exercises.performance", {
 
 class FlashAttentionFast(FlashAttention):
     keep_on_pass = False
+    # graded on notebook 06's cases but the bottom-right ones (causal_align belongs to notebook 07's kernel)
+    hint_texts = {tag: text for tag, text in FlashAttention.hint_texts.items() if tag != "bottom-right"}
 
     def case_builders(self, env):
         return full_attention_builders(env)
