@@ -71,13 +71,20 @@ def explanation_cells(nb: dict) -> dict[str, dict]:
     return found
 
 
+def _with_translation(solution: Path, lang: str = "zh") -> tuple[dict, dict]:
+    """A solution notebook and the sections of its translation into `lang` (none where there is no file)."""
+    from .tools import translations
+
+    nb = json.loads(Path(solution).read_text(encoding="utf-8"))
+    tpath = translations.translation_path(Path(solution).parent, Path(solution).stem, lang)
+    return nb, translations.parse(tpath.read_text(encoding="utf-8")) if tpath.exists() else {}
+
+
 def explanations_of(solution: Path) -> dict[str, dict[str, str]]:
     """exercise id -> {language: explanation} for one solution notebook (what a release packs)."""
     from .tools import translations
 
-    nb = json.loads(Path(solution).read_text(encoding="utf-8"))
-    tpath = translations.translation_path(Path(solution).parent, Path(solution).stem)
-    sections = translations.parse(tpath.read_text(encoding="utf-8")) if tpath.exists() else {}
+    nb, sections = _with_translation(solution)
     out = {}
     for ex_id, cell in explanation_cells(nb).items():
         src = cell.get("source", "")
@@ -93,9 +100,7 @@ def todo_translations(solution: Path, lang: str = "zh") -> list[tuple[str, str]]
     """(English, translated) TODO comment blocks of one solution notebook, unindented."""
     from .tools import translations
 
-    nb = json.loads(Path(solution).read_text(encoding="utf-8"))
-    tpath = translations.translation_path(Path(solution).parent, Path(solution).stem, lang)
-    sections = translations.parse(tpath.read_text(encoding="utf-8")) if tpath.exists() else {}
+    nb, sections = _with_translation(solution, lang)
     pairs = []
     for unit in translations.units(nb):
         text = sections.get(unit.ref, ("", ""))[1]

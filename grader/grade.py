@@ -122,20 +122,6 @@ def which_notebook(nb: dict, path: Path, defines: list[str] | None = None) -> st
     return None
 
 
-def export_cells(nb: dict) -> str:
-    chunks = []
-    for i, cell in enumerate(nb.get("cells", [])):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        if notebooks.EXPORT_TAG not in (cell.get("metadata", {}) or {}).get("tags", []):
-            continue
-        src = cell.get("source", "")
-        src = "".join(src) if isinstance(src, list) else str(src)
-        lines = [ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))]
-        chunks.append(f"# ---- cell {i}\n" + "\n".join(lines) + "\n")
-    return "\n".join(chunks)
-
-
 # ------------------------------------------------------------------------------------------------ grading
 def _failed_result(ex, env_label: str, seed: int, reason: str) -> CheckResult:
     r = CheckResult(ex.id, ex.title, env_label, seed, [])
@@ -151,6 +137,13 @@ def _reason(r: CheckResult) -> str:
     c = next(c for c in r.cases if not c.passed)
     text = f"case {c.index} ({c.name}): {c.problems[0] if c.problems else c.status}"
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _plain_row(g: Graded, exercise: str, reason: str) -> dict:
+    """A row without cases: the submission could not be graded (that far)."""
+    return {"student": g.submission.student, "file": str(g.submission.path), "notebook": g.notebook,
+            "exercise": exercise, "passed": 0, "cases_passed": 0, "cases_total": 0, "seconds": "0.00",
+            "reason": reason}
 
 
 def _row(g: Graded, r: CheckResult) -> dict:
@@ -218,10 +211,10 @@ class Grader:
             if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
                 raise ValueError("no list of cells")
         except (OSError, ValueError, UnicodeDecodeError) as e:
-            g.rows.append(self._plain_row(g, "", f"not a valid notebook: {type(e).__name__}: {str(e)[:120]}"))
+            g.rows.append(_plain_row(g, "", f"not a valid notebook: {type(e).__name__}: {str(e)[:120]}"))
             g.log.append(f"{sub.path}: not a valid notebook ({e})")
             return g
-        source = export_cells(nb)
+        source = notebooks.export_cells(nb, sub.path.name)
         name = self.args.notebook or which_notebook(nb, sub.path)
         if not source.strip():
             g.notebook = name or ""
@@ -240,7 +233,7 @@ class Grader:
                 return self._fail_all(g, name, f"the submission did not load: {child.load_failure}")
             name = name or which_notebook(nb, sub.path, child.defines)
             if name is None:
-                g.rows.append(self._plain_row(g, "", "not a notebook of this course (no exercise function found)"))
+                g.rows.append(_plain_row(g, "", "not a notebook of this course (no exercise function found)"))
                 return g
             g.notebook = name
             for ex in _chapters()[name]:
@@ -262,14 +255,10 @@ class Grader:
                      f"{child.restarts} restart(s), {time.monotonic() - t0:.1f} s")
         return g
 
-    def _plain_row(self, g: Graded, exercise: str, reason: str) -> dict:
-        return {"student": g.submission.student, "file": str(g.submission.path), "notebook": g.notebook,
-                "exercise": exercise, "passed": 0, "cases_passed": 0, "cases_total": 0, "seconds": "0.00",
-                "reason": reason}
 
     def _fail_all(self, g: Graded, name: str | None, reason: str) -> Graded:
         if name is None:
-            g.rows.append(self._plain_row(g, "", reason))
+            g.rows.append(_plain_row(g, "", reason))
             return g
         g.notebook = name
         for ex in _chapters()[name]:
@@ -378,9 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                 graded[i] = fut.result()
             except Exception as e:  # noqa: BLE001 - a bug of ours on one submission must not lose the others
                 graded[i] = Graded(subs[i])
-                graded[i].rows.append({"student": subs[i].student, "file": str(subs[i].path), "notebook": "",
-                                       "exercise": "", "passed": 0, "cases_passed": 0, "cases_total": 0,
-                                       "seconds": "0.00", "reason": f"grader error: {type(e).__name__}: {e}"})
+                graded[i].rows.append(_plain_row(graded[i], "", f"grader error: {type(e).__name__}: {e}"))
             bar.update(1)
     write(args.out, graded, header)
     n_pass = sum(r["passed"] for g in graded for r in g.rows)

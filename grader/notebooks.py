@@ -70,17 +70,24 @@ def _source_lines(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
-def export_source(nb_path: Path) -> str:
-    nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
+def export_cells(nb: dict, name: str) -> str:
+    """The export cells of a parsed notebook as one source ("" when it has none), magics dropped."""
     chunks = []
     for i, cell in enumerate(nb.get("cells", [])):
-        if cell.get("cell_type") != "code" or EXPORT_TAG not in cell.get("metadata", {}).get("tags", []):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        if EXPORT_TAG not in (cell.get("metadata", {}) or {}).get("tags", []):
             continue
         lines = [ln for ln in _source_lines(cell).splitlines() if not ln.lstrip().startswith(("%", "!"))]
-        chunks.append(f"# ---- cell {i} of {nb_path.name}\n" + "\n".join(lines) + "\n")
-    if not chunks:
-        raise ValueError(T("no_export_cells", path=nb_path, tag=EXPORT_TAG))
+        chunks.append(f"# ---- cell {i} of {name}\n" + "\n".join(lines) + "\n")
     return "\n".join(chunks)
+
+
+def export_source(nb_path: Path) -> str:
+    source = export_cells(json.loads(Path(nb_path).read_text(encoding="utf-8")), Path(nb_path).name)
+    if not source:
+        raise ValueError(T("no_export_cells", path=nb_path, tag=EXPORT_TAG))
+    return source
 
 
 def _cache_dir() -> Path:
