@@ -65,7 +65,8 @@ def solutions_dir() -> Path:
     return custom if custom else repo_root() / "solutions"
 
 
-def _source_lines(cell: dict) -> str:
+def cell_source(cell: dict) -> str:
+    """A cell's source as one string (nbformat allows a list of lines)."""
     src = cell.get("source", "")
     return "".join(src) if isinstance(src, list) else src
 
@@ -78,7 +79,7 @@ def export_cells(nb: dict, name: str) -> str:
             continue
         if EXPORT_TAG not in (cell.get("metadata", {}) or {}).get("tags", []):
             continue
-        lines = [ln for ln in _source_lines(cell).splitlines() if not ln.lstrip().startswith(("%", "!"))]
+        lines = [ln for ln in cell_source(cell).splitlines() if not ln.lstrip().startswith(("%", "!"))]
         chunks.append(f"# ---- cell {i} of {name}\n" + "\n".join(lines) + "\n")
     return "\n".join(chunks)
 

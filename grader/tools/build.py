@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from .. import config
+from ..notebooks import cell_source
 from . import translations
 
 BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION\s*(?P<label>.*)$")
@@ -189,9 +190,7 @@ def sync_setup_cells(solutions: Path, expected: str, names: list[str] | None = N
     return changed
 
 
-def _src(cell) -> str:
-    s = cell.get("source", "")
-    return "".join(s) if isinstance(s, list) else s
+_src = cell_source
 
 
 def stub_source(source: str, where: str) -> tuple[str, list[str]]:

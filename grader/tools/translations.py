@@ -33,6 +33,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..notebooks import cell_source
+
 EDITIONS = {"zh": "zh-CN"}  # language -> folder under solutions/ (translations) and notebooks/ (built notebooks)
 NOTEBOOK_FOLDERS = {"zh": "zh"}
 HEADER = re.compile(r"^<!-- (cell|todo): ([A-Za-z0-9_.-]+(?:/\d+)?) \| en: ([0-9a-f]{8}|\?{8}) -->$")
@@ -53,11 +55,6 @@ class Unit:
 
 def digest(text: str) -> str:
     return hashlib.sha1(text.strip().encode("utf-8")).hexdigest()[:8]
-
-
-def _src(cell: dict) -> str:
-    s = cell.get("source", "")
-    return "".join(s) if isinstance(s, list) else s
 
 
 def todo_blocks(source: str) -> list[tuple[int, int, str]]:
@@ -87,10 +84,10 @@ def units(nb: dict) -> list[Unit]:
         if not cid:
             raise ValueError("a cell has no id: save the notebook with Jupyter 4.5+ cell ids (nbformat 4.5)")
         if cell["cell_type"] == "markdown":
-            found.append(Unit("cell", cid, _src(cell)))
+            found.append(Unit("cell", cid, cell_source(cell)))
         elif cell["cell_type"] == "code":
-            lines = _src(cell).split("\n")
-            for n, (a, b, indent) in enumerate(todo_blocks(_src(cell)), 1):
+            lines = cell_source(cell).split("\n")
+            for n, (a, b, indent) in enumerate(todo_blocks(cell_source(cell)), 1):
                 found.append(Unit("todo", f"{cid}/{n}", _dedent(lines[a:b], indent)))
     return found
 
@@ -157,8 +154,8 @@ def translate(nb: dict, sections: dict[str, tuple[str, str]]) -> dict:
             if text is not None:
                 cell["source"] = text
         elif cell["cell_type"] == "code":
-            lines = _src(cell).split("\n")
-            for n, (a, b, indent) in reversed(list(enumerate(todo_blocks(_src(cell)), 1))):
+            lines = cell_source(cell).split("\n")
+            for n, (a, b, indent) in reversed(list(enumerate(todo_blocks(cell_source(cell)), 1))):
                 text = _usable(sections, f"todo: {cell['id']}/{n}")
                 if text is not None:
                     lines[a:b] = [indent + ln if ln else ln for ln in text.split("\n")]
