@@ -160,3 +160,43 @@ def attention_grads(q, k, v, do, sm_scale=None, causal: bool = False, *, o=None,
         dk = dk.unflatten(-3, (k.shape[-3], group)).sum(-3)
         dv = dv.unflatten(-3, (k.shape[-3], group)).sum(-3)
     return dq, dk, dv
+
+
+# ------------------------------------------------------------------------------ notebook 10: serving (inference)
+def _lengths(t) -> list[int]:
+    return [int(x) for x in (t.tolist() if isinstance(t, torch.Tensor) else t)]
+
+
+def decode_attention(q, k_cache, v_cache, cache_seqlens, sm_scale=None) -> torch.Tensor:
+    """Attention of the N_q new queries of each sequence against its KV cache, in fp64: (B, H, N_q, D).
+
+    Sequence b's cache holds cache_seqlens[b] valid keys (the new queries' own included: they are its last N_q
+    positions), so it is the naive attention of q[b] against k_cache[b, :, :L], causal bottom-right (query i sees
+    keys j <= L - N_q + i); rows that see no key (L < N_q) are 0. Nothing past L is read.
+    """
+    (q,) = _f64(q)
+    out = torch.zeros_like(q)
+    for b, n in enumerate(_lengths(cache_seqlens)):
+        k, v = _f64(k_cache[b, :, :n], v_cache[b, :, :n])
+        out[b] = attention(q[b], k, v, sm_scale, causal=True, align="bottom_right")
+    return out
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, sm_scale=None) -> torch.Tensor:
+    """Attention over a packed batch (FlashAttention-2's varlen convention), in fp64: (total_q, H, D).
+
+    Sequence b is rows cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k, v;
+    each is the naive attention of its own rows (causal: bottom-right within the sequence). A sequence without keys
+    gives 0 rows.
+    """
+    (q,) = _f64(q)
+    out = torch.zeros_like(q)
+    cq, ck = _lengths(cu_seqlens_q), _lengths(cu_seqlens_k)
+    for b in range(len(cq) - 1):
+        if cq[b + 1] == cq[b]:
+            continue
+        qb = q[cq[b]:cq[b + 1]].transpose(0, 1)  # (H, n_q, D)
+        kb, vb = (t.transpose(0, 1) for t in _f64(k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]))
+        o = attention(qb, kb, vb, sm_scale, causal=causal, align="bottom_right")
+        out[cq[b]:cq[b + 1]] = o.transpose(0, 1)
+    return out
