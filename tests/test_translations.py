@@ -110,3 +110,12 @@ def test_a_todo_twin_must_stay_a_comment():
     text = translations.skeleton(nb, "toy", {}).replace("<!-- untranslated -->", "标题", 1)
     text = text.replace("<!-- untranslated -->", "返回 x 的两倍", 1)
     assert "not a comment block: todo: c1/1" in " ".join(translations.problems(nb, translations.parse(text)))
+
+
+def test_todo_block_stops_at_the_region_above():
+    """Two regions back to back: the second TODO's comment starts after the first region's END, not at it."""
+    source = ("def f():\n    # TODO one\n    ### BEGIN SOLUTION a\n    x = 1\n    ### END SOLUTION\n"
+              "    # TODO two\n    #   more\n    ### BEGIN SOLUTION b\n    y = 2\n    ### END SOLUTION\n")
+    lines = source.split("\n")
+    blocks = translations.todo_blocks(source)
+    assert [lines[a:b] for a, b, _ in blocks] == [["    # TODO one"], ["    # TODO two", "    #   more"]]

@@ -115,6 +115,14 @@ T = catalogue("exercises.inference", {
                             "2^l_s instead of l_s",
                             "一个 split 以 2 为底的 log-sum-exp 是 lse_s = m_s + log2 l_s；写成 m_s + l_s，"
                             "各 split 的权重就成了 2^l_s 而不是 l_s"),
+    "bug_merge_bases": ("wrong merge weights: natural and base-2 logarithms mixed",
+                        "合并权重错误：混用了自然对数和以 2 为底的对数"),
+    "bug_merge_bases_why": ("the loop's m_i is in base-2 units (scores times log2 e), so lse_s = m_s + log2(l_s) and "
+                            "the weights are exp2(lse_s − lse_max); tl.exp on a base-2 lse, or tl.log of l_s inside "
+                            "it, weighs the splits by a wrong power of their share",
+                            "循环里的 m_i 是以 2 为底的单位（分数乘了 log2 e），所以 lse_s = m_s + log2(l_s)，权重是 "
+                            "exp2(lse_s − lse_max)；对以 2 为底的 lse 用 tl.exp，或者在 lse 里对 l_s 用 tl.log，"
+                            "都会让各 split 按错误的幂次加权"),
     "bug_merge_equal": ("wrong merge weights: an equal average of the splits", "合并权重错误：各 split 直接等权平均"),
     "bug_merge_equal_why": ("the splits hold different shares of the attention: weigh split s's normalised output "
                             "by exp(m_s − m_max)·l_s (a split with no visible key weighs 0) and divide by the sum of "
@@ -261,6 +269,8 @@ CASES = catalogue("exercises.inference.cases", {
     "sixteen_mha": ("16 new queries, one K/V head per query head", "16 个新 query，每个 query 头一个 K/V 头"),
     "edge_lengths": ("cache lengths 1, block boundaries ± 1 and N_max", "缓存长度为 1、块边界 ± 1 和 N_max"),
     "empty_rows": ("cache_seqlens < N_q: rows that see no key", "cache_seqlens < N_q：有的行看不到任何 key"),
+    "empty_rows_splits": ("cache_seqlens < N_q with 4 splits: rows whose every split is empty",
+                          "cache_seqlens < N_q，4 个 split：有的行所有 split 都是空的"),
     "head_dim_80": ("head dim 80 (padded to 128)", "头维度 80（填充到 128）"),
     "head_dim_256": ("head dim 256", "头维度 256"),
     "fp32": ("fp32", "fp32 输入"),
@@ -300,6 +310,7 @@ CASES = catalogue("exercises.inference.cases", {
     "v_zero_one": ("sequences of length 0 and 1", "长度为 0 和 1 的序列"),
     "v_zero_one_causal": ("sequences of length 0 and 1, causal", "长度为 0 和 1 的序列，因果"),
     "v_q_longer": ("q longer than k, causal: rows that see no key", "q 比 k 长，因果：有的行看不到任何 key"),
+    "v_q_much_longer": ("q longer than k by more than a block, causal", "q 比 k 长出一个块以上，因果"),
     "v_gqa": ("GQA: 6 heads share 2 K/V heads, causal", "GQA：6 个头共享 2 个 K/V 头，因果"),
     "v_strided": ("(H, total, D) memory: non-contiguous strides", "内存是 (H, total, D) 布局：非连续步长"),
     "v_large": ("large-magnitude scores, causal", "数值很大的分数，因果"),
@@ -548,8 +559,7 @@ def varlen_case(env: Environment, gen: torch.Generator, name: str, *, q_lens, k_
         name=name, dtype=dtype, kind="varlen", q=q, k=k, v=v, lengths=tuple(k_lens), q_lengths=tuple(q_lens),
         causal=causal, sm_scale=sm_scale, layout=layout, placed=placed, inputs=dict(placed), guards=guards,
         expected=oracle.varlen_attention(q, k, v, cu_q, cu_k, causal, sm_scale),
-        shapes=f"q {tuple(q.shape)}, k/v {tuple(k.shape)}, q lengths {_lengths_text(q_lens)}, "
-               f"k lengths {_lengths_text(k_lens)}",
+        shapes=f"q {tuple(q.shape)}, k/v {tuple(k.shape)}, n_q {_lengths_text(q_lens)}, n_k {_lengths_text(k_lens)}",
         tags=frozenset(all_tags))
     case.args = (placed["q"], placed["k"], placed["v"], placed["cu_seqlens_q"], placed["cu_seqlens_k"],
                  max(q_lens) + extra_max, max(k_lens) + extra_max)
@@ -577,6 +587,8 @@ def decode_specs(env: Environment) -> list[tuple[str, dict]]:
         (case_name("edge_lengths"), dict(B=12, H=2, H_kv=1, Nq=1, N_max=160, D=32,
                                          lengths=[1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 160])),
         (case_name("empty_rows"), dict(B=4, H=2, H_kv=1, Nq=8, N_max=64, D=32, lengths=[0, 3, 8, 40])),
+        (case_name("empty_rows_splits"), dict(B=4, H=2, H_kv=1, Nq=8, N_max=on(env, 1024, 160), D=32,
+                                              lengths=[0, 3, 8, on(env, 1000, 150)], num_splits=4)),
         (case_name("head_dim_80"), dict(B=2, H=4, H_kv=2, Nq=2, N_max=on(env, 512, 130), D=80)),
         (case_name("head_dim_256"), dict(B=1, H=2, H_kv=1, Nq=1, N_max=on(env, 512, 100), D=256)),
         (case_name("fp32"), dict(B=2, H=4, H_kv=2, Nq=3, N_max=on(env, 1024, 150), D=64, dtype=f32)),
@@ -617,8 +629,11 @@ def paged_specs(env: Environment) -> list[tuple[str, dict]]:
                                        lengths=[1, 15, 16, 17, 31, 32, 33, 128])),
         (case_name("empty_rows"), dict(B=4, H=2, H_kv=1, Nq=8, page_size=16, pages_per_seq=4, D=32,
                                        lengths=[0, 3, 8, 40])),
+        (case_name("empty_rows_splits"), dict(B=4, H=2, H_kv=1, Nq=8, page_size=16, pages_per_seq=on(env, 64, 10),
+                                              D=32, lengths=[0, 3, 8, on(env, 1000, 150)], num_splits=4)),
         (case_name("sixteen_pages"), dict(B=2, H=4, H_kv=1, Nq=16, page_size=32, pages_per_seq=on(env, 16, 5))),
         (case_name("head_dim_80"), dict(B=2, H=4, H_kv=2, Nq=2, page_size=16, pages_per_seq=on(env, 16, 6), D=80)),
+        (case_name("head_dim_256"), dict(B=1, H=2, H_kv=1, page_size=32, pages_per_seq=on(env, 16, 3), D=256)),
         (case_name("fp32"), dict(B=2, H=4, H_kv=2, Nq=3, page_size=32, pages_per_seq=on(env, 16, 5), dtype=f32)),
     ]
     for splits in (1, 3, 64):
@@ -660,6 +675,7 @@ def varlen_specs(env: Environment) -> list[tuple[str, dict]]:
         (case_name("v_zero_one"), dict(q_lens=[0, 1, 5, 1, 3, 0], k_lens=[3, 1, 0, 7, 0, 0])),
         (case_name("v_zero_one_causal"), dict(q_lens=[0, 1, 5, 1, 3, 0], k_lens=[3, 1, 0, 7, 0, 0], causal=True)),
         (case_name("v_q_longer"), dict(q_lens=[50, 20], k_lens=[30, 20], causal=True)),
+        (case_name("v_q_much_longer"), dict(q_lens=[100, 20], k_lens=[10, 20], causal=True)),
         (case_name("v_gqa"), dict(q_lens=[40, 70], k_lens=[100, 70], H=6, H_kv=2, D=32, causal=True)),
         (case_name("head_dim_80"), dict(q_lens=[33, 60], k_lens=[33, 90], D=80, causal=True)),
         (case_name("head_dim_256"), dict(q_lens=[20, 40], k_lens=[50, 40], H=1, D=256)),
@@ -856,7 +872,9 @@ class _DecodeSim:
             top_w = log_w.amax(-1, keepdim=True)
             e = torch.exp(log_w - torch.where(torch.isinf(top_w), torch.zeros_like(top_w), top_w))
         w = {"right": e * l_, "l": l_, "exp": e, "nolog": e, "equal": (l_ > 0).to(l_.dtype),
-             "equal_all": torch.ones_like(l_)}[how]
+             "equal_all": torch.ones_like(l_),
+             # a base-2 lse merged with exp (w^(1 / ln 2)), or a natural-log l in a base-2 lse (l^(ln 2))
+             "base_e": (e * l_) ** (1 / math.log(2.0)), "ln_l": e * l_ ** math.log(2.0)}[how]
         total = w.sum(-1)
         return (w[..., None] * o).sum(-2) / torch.where(total == 0, torch.ones_like(total), total)[..., None]
 
@@ -928,9 +946,27 @@ class _DecodeSim:
         return out
 
 
-def decode_bugs(case: ServingCase) -> list[BugModel]:
-    """The classic mistakes of a split-KV decode kernel (and of its paged variant) for this case."""
+def decode_bugs(case: ServingCase, *, split_enumerated: bool | None = None) -> list[BugModel]:
+    """The classic mistakes of a split-KV decode kernel (and of its paged variant) for this case.
+
+    split_enumerated: only the bugs simulated for each plausible split boundary (True: dozens of simulations), or
+    only the others (False); both when None."""
     sim = _DecodeSim(case)
+    blocks = sorted(set(BLOCKS) | ({case.page_size} if case.page_size else set()))
+    partial = "bug_partial_page_dropped" if case.kind == "paged" else "bug_partial_dropped"
+    split_bugs = []
+    if case.num_splits is None or case.num_splits > 1:
+        for sl in sim.split_lengths():
+            for how, key in (("l", "bug_merge_l"), ("exp", "bug_merge_exp"), ("nolog", "bug_merge_nolog"),
+                             ("equal", "bug_merge_equal"), ("equal_all", "bug_merge_equal"),
+                             ("base_e", "bug_merge_bases"), ("ln_l", "bug_merge_bases")):
+                split_bugs.append(BugModel(T(key), T(f"{key}_why"), lambda sl=sl, how=how: sim.merged(sl, how)))
+            if case.num_splits is not None:
+                for bn in blocks:
+                    split_bugs.append(BugModel(T(partial), T("bug_partial_dropped_why"),
+                                               lambda sl=sl, bn=bn: sim.attend(sim.without_partial(bn, sl))))
+    if split_enumerated:
+        return split_bugs
     L, n_q = sim.L, sim.n_q
     A = attention.T
     bugs = [
@@ -961,21 +997,10 @@ def decode_bugs(case: ServingCase) -> list[BugModel]:
         for which in ("all", "caches", "q"):
             bugs.append(BugModel(A("bug_strides"), T("bug_strides_why"),
                                  lambda which=which: sim.strides_ignored(which)))
-    blocks = sorted(set(BLOCKS) | ({case.page_size} if case.page_size else set()))
-    partial = "bug_partial_page_dropped" if case.kind == "paged" else "bug_partial_dropped"
     for bn in blocks:
         bugs.append(BugModel(T(partial), T("bug_partial_dropped_why"),
                              lambda bn=bn: sim.attend(sim.without_partial(bn))))
-    if case.num_splits is None or case.num_splits > 1:
-        for sl in sim.split_lengths():
-            for how, key in (("l", "bug_merge_l"), ("exp", "bug_merge_exp"), ("nolog", "bug_merge_nolog"),
-                             ("equal", "bug_merge_equal"), ("equal_all", "bug_merge_equal")):
-                bugs.append(BugModel(T(key), T(f"{key}_why"), lambda sl=sl, how=how: sim.merged(sl, how)))
-            if case.num_splits is not None:
-                for bn in blocks:
-                    bugs.append(BugModel(T(partial), T("bug_partial_dropped_why"),
-                                         lambda sl=sl, bn=bn: sim.attend(sim.without_partial(bn, sl))))
-    return bugs
+    return bugs if split_enumerated is False else bugs + split_bugs
 
 
 class _VarlenSim:
@@ -1096,7 +1121,15 @@ class ServingExercise(Exercise):
             self.bad_argument_builders(env)
 
     def bugs(self, case: ServingCase) -> list[BugModel]:
+        """Every bug model of this case."""
         return varlen_bugs(case) if case.kind == "varlen" else decode_bugs(case)
+
+    def bug_tiers(self, case: ServingCase) -> list[list[BugModel]]:
+        """The bug models in the order they are tried: the split-enumerated ones (dozens of simulations) only when
+        none of the others explains the output exactly."""
+        if case.kind == "varlen":
+            return [varlen_bugs(case)]
+        return [decode_bugs(case, split_enumerated=False), decode_bugs(case, split_enumerated=True)]
 
     def axis_names(self, case: ServingCase) -> tuple[str, ...]:
         A = attention.T
@@ -1124,16 +1157,19 @@ class ServingExercise(Exercise):
         within EXACT times the tolerance when there are any (the bug explains the wrong elements and the right ones,
         and not only roughly: a key too few among 300 moves the output by about the tolerance, and so do other
         subtle bugs), else those whose simulation is itself wrong on most of the wrong elements (not the ones that
-        merely stay near the answer there)."""
-        sims = []
-        for bug in self.bugs(case):
-            try:
-                alt = bug.simulate()
-            except Exception:  # noqa: BLE001 - a variant that cannot be built for this case just does not apply
-                continue
-            if alt.shape == out64.shape:
-                sims.append((bug, alt))
-        exact = [(b, a) for b, a in sims if bool(diagnosis.close(out64, a, case.dtype, slack=EXACT).all())]
+        merely stay near the answer there). The tiers of bug_tiers stop at the first exact explanation."""
+        sims, exact = [], []
+        for tier in self.bug_tiers(case):
+            for bug in tier:
+                try:
+                    alt = bug.simulate()
+                except Exception:  # noqa: BLE001 - a variant that cannot be built for this case just does not apply
+                    continue
+                if alt.shape == out64.shape:
+                    sims.append((bug, alt))
+            exact = [(b, a) for b, a in sims if bool(diagnosis.close(out64, a, case.dtype, slack=EXACT).all())]
+            if exact:
+                break
         chosen = exact or [(b, a) for b, a in sims
                            if float((~diagnosis.close(a, case.expected, case.dtype))[wrong].double().mean()) >= 0.5]
         return [BugModel(b.name, b.why, lambda a=a: a) for b, a in chosen]

@@ -39,6 +39,7 @@ EDITIONS = {"zh": "zh-CN"}  # language -> folder under solutions/ (translations)
 NOTEBOOK_FOLDERS = {"zh": "zh"}
 HEADER = re.compile(r"^<!-- (cell|todo): ([A-Za-z0-9_.-]+(?:/\d+)?) \| en: ([0-9a-f]{8}|\?{8}) -->$")
 BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION")
+END = re.compile(r"^\s*### END SOLUTION\s*$")
 UNTRANSLATED = "<!-- untranslated -->"
 
 
@@ -66,7 +67,8 @@ def todo_blocks(source: str) -> list[tuple[int, int, str]]:
         if not m:
             continue
         indent, j = m.group("indent"), i
-        while j > 0 and lines[j - 1].startswith(indent + "#") and not BEGIN.match(lines[j - 1]):
+        while (j > 0 and lines[j - 1].startswith(indent + "#") and not BEGIN.match(lines[j - 1])
+               and not END.match(lines[j - 1])):  # a region right above ends the block
             j -= 1
         if j < i:
             blocks.append((j, i, indent))
