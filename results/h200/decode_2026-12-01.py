@@ -77,6 +77,21 @@ def check(name, out, ref, dtype, log):
     return ok
 
 
+def paged_pool(k, v, page_size, shuffled=True):
+    """Full caches k, v (B, H_kv, N, D) cut into pages of a pool (num_pages, H_kv, page_size, D), in a random order
+    unless not shuffled, and the int32 block table (B, N // page_size) that finds them."""
+    B, h_kv, n, d = k.shape
+    n_pages = B * n // page_size
+    perm = torch.randperm(n_pages, device=k.device) if shuffled else torch.arange(n_pages, device=k.device)
+    pools = []
+    for x in (k, v):
+        pool = torch.empty(n_pages, h_kv, page_size, d, device=x.device, dtype=x.dtype)
+        pool[perm] = x.view(B, h_kv, n // page_size, page_size, d).permute(0, 2, 1, 3, 4).reshape(n_pages, h_kv,
+                                                                                                   page_size, d)
+        pools.append(pool)
+    return pools[0], pools[1], perm.view(B, n // page_size).to(torch.int32)
+
+
 def sdpa_decode(q, k, v, backend):
     """SDPA on full caches (every sequence N long): N_q = 1 needs no mask; N_q > 1 the bottom-right one."""
     from torch.nn.attention.bias import causal_lower_right
@@ -175,13 +190,7 @@ def main():
         out = [f"B={B} N={N} (CUDA graphs): contiguous {base:.0f}"]
         for ps, shuffled, cfg in ((16, True, None), (64, True, None), (64, True, {"block_n": 64}),
                                   (128, True, None), (256, True, None), (128, False, None)):
-            n_pages = B * N // ps
-            perm = torch.randperm(n_pages, device=dev) if shuffled else torch.arange(n_pages, device=dev)
-            table = perm.view(B, N // ps).to(torch.int32)
-            kp = torch.empty(n_pages, HKV, ps, D, device=dev, dtype=dt)
-            vp = torch.empty_like(kp)
-            kp[perm] = k.view(B, HKV, N // ps, ps, D).permute(0, 2, 1, 3, 4).reshape(n_pages, HKV, ps, D)
-            vp[perm] = v.view(B, HKV, N // ps, ps, D).permute(0, 2, 1, 3, 4).reshape(n_pages, HKV, ps, D)
+            kp, vp, table = paged_pool(k, v, ps, shuffled)
             check(f"paged ps={ps}", K.flash_decode_paged(q, kp, vp, table, full, config=cfg), ref, dt, log)
             g = kv_bytes / bench_graph(lambda: K.flash_decode_paged(q, kp, vp, table, full, check_values=False,
                                                                     config=cfg)) / 1e6

@@ -58,7 +58,8 @@ def main():
         from grader.notebooks import solution_module
         K = solution_module("10_inference")
     dev = torch.device("cuda")
-    fp64_decode = load(Path(__file__).with_name("decode_2026-12-01.py"), "decode_bench").fp64_decode
+    decode_bench = load(Path(__file__).with_name("decode_2026-12-01.py"), "decode_bench")
+    fp64_decode = decode_bench.fp64_decode
     H, HKV, D, dt = 32, 8, 128, torch.float16
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
@@ -144,13 +145,7 @@ def main():
             base = nbytes / graph_ms(lambda: K.flash_decode(q, k, v, full, config=cfg, check_values=False)) / 1e6
             out = [f"B={B} N={N} {cfg}: contiguous {base:.0f}"]
             for ps in (16, 32, 64, 256):
-                n_pages = B * N // ps
-                perm = torch.randperm(n_pages, device=dev)
-                table = perm.view(B, N // ps).to(torch.int32)
-                kp = torch.empty(n_pages, HKV, ps, D, device=dev, dtype=dt)
-                vp = torch.empty_like(kp)
-                kp[perm] = k.view(B, HKV, N // ps, ps, D).permute(0, 2, 1, 3, 4).reshape(n_pages, HKV, ps, D)
-                vp[perm] = v.view(B, HKV, N // ps, ps, D).permute(0, 2, 1, 3, 4).reshape(n_pages, HKV, ps, D)
+                kp, vp, table = decode_bench.paged_pool(k, v, ps)
                 o = K.flash_decode_paged(q, kp, vp, table, full, config=cfg)
                 err = (o.double() - ref).abs().max().item()
                 g = nbytes / graph_ms(lambda: K.flash_decode_paged(q, kp, vp, table, full, config=cfg,

@@ -28,13 +28,7 @@ def sweep(B, N):
         base = nbytes / bench.bench_graph(lambda: K.flash_decode(q, k, v, full, check_values=False)) / 1e6
         print(f"B={B} N={N}: contiguous (auto) {base:.0f} GB/s", flush=True)
         for ps in (16, 64, 128, 256):
-            n_pages = B * N // ps
-            perm = torch.randperm(n_pages, device=dev)
-            table = perm.view(B, N // ps).to(torch.int32)
-            kp = torch.empty(n_pages, HKV, ps, D, device=dev, dtype=dt)
-            vp = torch.empty_like(kp)
-            kp[perm] = k.view(B, HKV, N // ps, ps, D).permute(0, 2, 1, 3, 4).reshape(n_pages, HKV, ps, D)
-            vp[perm] = v.view(B, HKV, N // ps, ps, D).permute(0, 2, 1, 3, 4).reshape(n_pages, HKV, ps, D)
+            kp, vp, table = bench.paged_pool(k, v, ps)
             for cfg in ({"block_n": 128}, {"block_n": 64}):
                 res = []
                 for s in (1, 2, 4, 8, 16, 32, 64, 128):
