@@ -280,7 +280,7 @@ def few_cases(monkeypatch):
 
 NO_KEY_NAN = "rows that see no key (cache_seqlens < N_q, or a sequence without keys) must come out 0"
 LSE = "m_i + tl.math.log2(tl.where(l_i == 0.0, 1.0, l_i))"  # a split's log-sum-exp, base 2
-MERGE = '''    w = tl.math.exp2(lse - tl.where(m == float("-inf"), 0.0, m))'''  # the combine's weights
+MERGE = '''    w = tl.math.exp2(lse - tl.where(m == float("-inf"), 0.0, m)[:, None])'''  # the combine's weights
 MUTANTS = [
     ("flash_decode", "    seqlen = tl.load(SeqLens + b)\n", "    seqlen = tl.load(SeqLens + b) - 1\n",
      "looks like: off by one in cache_seqlens (one key too few)"),
@@ -296,11 +296,11 @@ MUTANTS = [
      "looks like: wrong merge weights: the log missing from lse_s"),
     ("flash_decode", LSE, "m_i",
      "looks like: wrong merge weights: exp(m_s − m_max) alone"),
-    ("flash_decode", '    w = tl.math.exp2(lse - tl.where(m == float("-inf"), 0.0, m))',
+    ("flash_decode", MERGE,
      '    w = tl.where(lse == float("-inf"), 0.0, 1.0)', "looks like: wrong merge weights: an equal average"),
-    ("flash_decode", MERGE, "    w = tl.math.exp2(lse - m)", NO_KEY_NAN),
-    ("flash_decode_paged", MERGE, "    w = tl.math.exp2(lse - m)", NO_KEY_NAN),
-    ("flash_decode", MERGE, '    w = tl.exp(lse - tl.where(m == float("-inf"), 0.0, m))',
+    ("flash_decode", MERGE, "    w = tl.math.exp2(lse - m[:, None])", NO_KEY_NAN),
+    ("flash_decode_paged", MERGE, "    w = tl.math.exp2(lse - m[:, None])", NO_KEY_NAN),
+    ("flash_decode", MERGE, '    w = tl.exp(lse - tl.where(m == float("-inf"), 0.0, m)[:, None])',
      "looks like: wrong merge weights: natural and base-2 logarithms mixed"),
     ("flash_attention_varlen", "unmasked_end = tl.minimum(n_k, tl.maximum(0, pid_m * BLOCK_M + shift + 1))",
      "unmasked_end = tl.minimum(n_k, pid_m * BLOCK_M + shift + 1)", "out-of-bounds memory access"),
@@ -309,8 +309,8 @@ MUTANTS = [
     ("flash_decode", "head[:, None] * stride_qh + qi[:, None] * stride_qm",
      "(hk * GROUP + offs_r % GROUP)[:, None] * stride_qh + (offs_r // GROUP)[:, None] * stride_qm",
      "looks like: GQA packing that mixes heads"),
-    ("flash_decode", "table.stride(0), *o_strides, h_kv, n_q, D, sm_scale * LOG2E",
-     "table.stride(0), *o_strides, h_kv, n_q, D, LOG2E", "looks like: scale missing"),
+    ("flash_decode", "table.stride(0), *out.stride(), h_kv, n_q, D, sm_scale * LOG2E",
+     "table.stride(0), *out.stride(), h_kv, n_q, D, LOG2E", "looks like: scale missing"),
     ("flash_decode", "*q.stride(), *k.stride(), *v.stride(),\n        table",
      "*q.contiguous().stride(), *k.contiguous().stride(), *v.contiguous().stride(),\n        table",
      "looks like: strides ignored"),
@@ -320,7 +320,7 @@ MUTANTS = [
      "page = (b * stride_tb + n0 // PAGE_SIZE).to(tl.int64)", "looks like: block table ignored"),
     ("flash_decode_paged", "page = tl.load(BlockTable + b * stride_tb + offs_n // PAGE_SIZE, mask=in_range, other=0)",
      "page = b * stride_tb + offs_n // PAGE_SIZE", "looks like: block table ignored"),
-    ("flash_decode_paged", '    w = tl.math.exp2(lse - tl.where(m == float("-inf"), 0.0, m))',
+    ("flash_decode_paged", MERGE,
      '    w = tl.where(lse == float("-inf"), 0.0, 1.0)', "looks like: wrong merge weights: an equal average"),
     ("flash_attention_varlen", "    k_start = tl.load(CuK + b)", "    k_start = tl.load(CuQ + b)",
      "looks like: K offsets taken from cu_seqlens_q"),
