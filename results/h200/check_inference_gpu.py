@@ -3,7 +3,8 @@ and the worst error as a fraction of the tolerance), the hidden cases of batch g
 tests/test_inference.py, each in a process of its own (a mutant that faults on the GPU leaves the CUDA context
 unusable for whatever runs after it in the same process).
 
-Usage: python results/h200/check_inference_gpu.py [ref] [hidden] [mutants] [EXERCISE_ID ...]   (default: ref)
+Usage: python results/h200/check_inference_gpu.py [ref] [hidden] [mutants [--jobs=N]] [EXERCISE_ID ...]
+(default: ref)
 """
 
 import re
@@ -60,10 +61,15 @@ def one_mutant(index: int):
           flush=True)
 
 
-def mutants():
+def mutants(jobs: int = 1):
+    """Every mutant in a process of its own, `jobs` at a time (compilation is CPU-bound; the GPU is shared)."""
     import test_inference as ti
-    for i in range(len(ti.MUTANTS)):
-        subprocess.run([sys.executable, __file__, "--mutant", str(i)], cwd=ROOT, timeout=600)
+    waiting, running = list(range(len(ti.MUTANTS))), []
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            running.append(subprocess.Popen([sys.executable, __file__, "--mutant", str(waiting.pop(0))], cwd=ROOT))
+        time.sleep(0.5)
+        running = [p for p in running if p.poll() is None]
 
 
 if __name__ == "__main__":
@@ -78,4 +84,5 @@ if __name__ == "__main__":
     if "hidden" in modes:
         hidden_cases(chosen)
     if "mutants" in modes:
-        mutants()
+        jobs = [int(a.removeprefix("--jobs=")) for a in args if a.startswith("--jobs=")]
+        mutants(jobs[0] if jobs else 1)
