@@ -240,6 +240,11 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
     else:
         reference = None if timeout is not None or notebooks.is_reference(fn) else _load_reference(ex)
         run_cases(ex, env, seed, in_process(fn), result, reference=reference, timeout=timeout)
+        speed_cases, speed_notes = ex.speed_cases(env, fn, seed, result.passed)
+        for i, c in enumerate(speed_cases, len(result.cases) + 1):
+            c.index = i
+        result.cases += speed_cases
+        result.notes += speed_notes
     if record and not notebooks.is_reference(fn):
         store.record_check(result)
     if result.passed and ex.keep_on_pass and not notebooks.is_reference(fn):

@@ -755,6 +755,12 @@ def _call(fn: Callable, args: tuple, kwargs: dict, stop: _Stop) -> tuple[Any, Ba
                 return None, e
 
 
+def launches_so_far() -> int | None:
+    """Triton kernels launched so far in the learner's call now running (None outside one, or where the launches
+    of this Triton cannot be counted)."""
+    return getattr(_calls, "launches", None)
+
+
 def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
                 inputs: dict[str, torch.Tensor], guards: list[Guarded], guard_allocations: bool,
                 allow_reference: bool = False) -> Outcome:

@@ -229,6 +229,11 @@ class Exercise:
         return again
 
     # -- judging ---------------------------------------------------------------------------------------------
+    def speed_cases(self, env: Environment, fn: Callable, seed: int, passed: bool) -> tuple[list, list[str]]:
+        """Cases that time fn on this GPU after the correctness cases (`passed`: whether they all passed), and
+        notes for the report. None by default: most exercises are about correctness."""
+        return [], []
+
     def judge(self, out: Any, case: Case, res, device: str) -> bool:
         """Default: one tensor, judged against case.expected at case.dtype's tolerance."""
         return self.judge_tensor(out, case.expected, case, res, output_label(), self.axis_names(case), device)
