@@ -80,6 +80,19 @@ def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: 
     return 4.0 * batch * heads * n_q * n_k * d / (2 if causal else 1)
 
 
+#: FLOPs of a backward pass (dq, dk, dv) and of a training step (forward + backward), as multiples of the forward's:
+#: the usual convention (FlashAttention's benchmarks): the backward's five matrix products against the forward's two.
+BACKWARD_FLOPS, STEP_FLOPS = 2.5, 3.5
+
+
+def backward_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool) -> float:
+    return BACKWARD_FLOPS * attention_flops(batch, heads, n_q, n_k, d, causal)
+
+
+def step_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool) -> float:
+    return STEP_FLOPS * attention_flops(batch, heads, n_q, n_k, d, causal)
+
+
 def time_ms(fn: Callable[[], Any], *, warmup: int = 25, rep: int = 100, repeats: int = 3) -> float:
     """Milliseconds of fn(): the median of `repeats` triton.testing.do_bench medians, each after `warmup` ms of
     untimed calls. One do_bench median now and then comes out ~30 % slow on the H200 (a row of 361, 252, 362
@@ -161,6 +174,17 @@ def sdpa_backward(backend: str | None = None) -> Callable[..., Any]:
         out, leaves = kept[key]
         return torch.autograd.grad(out, leaves, do, retain_graph=True)
     run.__name__ = f"sdpa_backward_{(backend or 'default').lower()}"
+    return run
+
+
+def training_step(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """A training step of `forward(q, k, v, causal)`: the forward on fresh leaves, then torch.autograd.grad with
+    the output gradient do, as fn(q, k, v, o, lse, do, causal) -> (dq, dk, dv) (o and lse are not used: the
+    forward is part of what a step costs)."""
+    def run(q, k, v, o, lse, do, causal=False):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        return torch.autograd.grad(forward(*leaves, causal), leaves, do)
+    run.__name__ = f"step_{getattr(forward, '__name__', 'forward')}"
     return run
 
 
@@ -249,7 +273,7 @@ SPECS: dict[str, BenchSpec] = {
                                       baselines=("naive PyTorch", "SDPA (PyTorch)"), describe="B=4, H=32, D=128"),
     "flash_attention_backward": BenchSpec(T.later("seq_len"), (1024, 2048, 4096, 8192),
                                           lambda n, dt, dev, c: _backward_inputs(4, 32, 128, n, dt, dev, c),
-                                          lambda n, c: 2.5 * attention_flops(4, 32, n, n, 128, c),
+                                          lambda n, c: backward_flops(4, 32, n, n, 128, c),
                                           baselines=("SDPA backward (cuDNN)", "SDPA backward (FLASH)"),
                                           describe=T.later("backward_only")),
 }

@@ -98,3 +98,54 @@ def test_timing_is_the_median_of_three_do_bench_medians_after_warm_up(monkeypatc
     assert benchmarks.time_ms(lambda: None, warmup=5, rep=20) == 2.0
     assert calls == [dict(warmup=25, rep=100, return_mode="median")] * 3 + [dict(warmup=5, rep=20,
                                                                                   return_mode="median")] * 3
+
+
+# ---- the backward mode (python -m grader.tools.suite --backward)
+def test_backward_check_only_grades_the_course_kernels_against_fp64_autograd():
+    r = _suite("--check-only", "--backward")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "flash_attention_backward (09)" in r.stdout and "flash_attention_autograd (09), step" in r.stdout
+    assert "check-only (backward): passed" in r.stdout
+
+
+def test_the_backward_mode_checks_before_it_times_and_reports_wrong_gradients(monkeypatch):
+    from grader.tools import suite_backward as sb
+
+    monkeypatch.setattr(benchmarks, "time_ms", lambda fn, **kw: (fn(), 2.0)[1])
+    monkeypatch.setattr(benchmarks, "peak_extra_mib", lambda fn: 1.0)
+    provs = [p for p in sb.providers() if p.course]
+    good = provs[0]
+    provs.append(sb.Provider("dq twice", sb.BACKWARD,
+                             lambda *a, fn=good.fn: (lambda g: (2 * g[0], g[1], g[2]))(fn(*a))))
+    plan = suite.Plan(sizes=(64,), dims=(32,), dtypes=("fp16",), causal=(False, True), heads=2, batch={64: 1})
+    rows = sb.measure(plan, provs, log=lambda s: None, device="cpu")
+    status = {(r["provider"], r["causal"]): r["status"] for r in rows}
+    for p in provs[:-1]:
+        assert status[(p.name, False)] == status[(p.name, True)] == "ok", status
+    assert status[("dq twice", False)].startswith("WRONG")
+    ok = [r for r in rows if r["status"] == "ok"]
+    step = next(r for r in ok if r["kind"] == sb.STEP and not r["causal"])
+    assert step["tflops"] == benchmarks.throughput(benchmarks.step_flops(1, 2, 64, 64, 32, False), 2.0)
+    assert all(r["worst_vs_tolerance"] < 1 for r in ok)
+
+
+def test_the_backward_report_has_both_tables_the_ratios_and_the_step_memory():
+    from grader.tools import suite_backward as sb
+
+    rows = []
+    for name, kind, tf in ((sb.COURSE_BACKWARD, sb.BACKWARD, 350.0), ("SDPA cuDNN backward", sb.BACKWARD, 500.0),
+                           (sb.COURSE_STEP, sb.STEP, 370.0), ("SDPA cuDNN, step", sb.STEP, 510.0),
+                           (sb.NAIVE_STEP, sb.STEP, 40.0)):
+        rows.append(dict(provider=name, kind=kind, dtype="fp16", D=128, causal=False, N=4096, B=4, H=32,
+                         status="ok", ms=1.0, tflops=tf, mem_mib=8.0 if "naive" not in name else 4096.0))
+    plan = suite.Plan(sizes=(4096,), dims=(128,), dtypes=("fp16",), causal=(False,))
+    md = sb.markdown(dict(torch="t", triton="x", python="3", date="d"), rows, plan)
+    assert "## backward: fp16, D = 128, not causal" in md and "## step: fp16, D = 128, not causal" in md
+    assert "| *ours / SDPA cuDNN backward* | 0.70× |" in md and "| *ours / SDPA cuDNN, step* | 0.73× |" in md
+    assert "Peak extra memory of one training step" in md and "| naive PyTorch, step | 4096 |" in md
+
+
+def test_the_backward_mode_has_no_timer_or_sdpa_call_of_its_own():
+    source = Path(suite.__file__).with_name("suite_backward.py").read_text(encoding="utf-8")
+    for own in ("do_bench(", "scaled_dot_product_attention(", "max_memory_allocated", "autograd.grad("):
+        assert own not in source, f"grader/tools/suite_backward.py has its own {own}"

@@ -4,6 +4,7 @@
     python -m grader.tools.suite --out /tmp/r --quick           # a tiny sweep: N 512 and 1024, D 64, fp16
     python -m grader.tools.suite --out /tmp/r --sizes 1024,4096 --dims 128 --dtypes bf16
     python -m grader.tools.suite --check-only                   # no GPU needed: validate the plan and every provider
+    python -m grader.tools.suite --backward --out results/h200  # notebook 09's backward and training step instead
 
 Providers: the course's kernels (flash_attention_2d looped over heads, flash_attention, flash_attention_fast,
 each loaded from its solution notebook; a missing one is reported as 'unavailable'), naive PyTorch
@@ -35,6 +36,7 @@ from pathlib import Path
 import torch
 
 from .. import benchmarks as core
+from . import suite_backward
 
 FULL_SIZES = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SIZES = (512, 1024)
@@ -297,7 +299,8 @@ def markdown(info: dict, rows: list[dict], plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def plots(info: dict, rows: list[dict], plan: Plan, out: Path) -> list[Path]:
+def plots(info: dict, rows: list[dict], plan: Plan, out: Path, what: str = "attention forward", prefix: str = "",
+          memory: bool = True) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -325,15 +328,15 @@ def plots(info: dict, rows: list[dict], plan: Plan, out: Path) -> list[Path]:
         axes[0][0].set_ylabel("TFLOP/s (higher is better)")
         handles = [plt.Line2D([], [], linestyle=style[p], color=color[p], marker="o", ms=3) for p in providers]
         fig.legend(handles, providers, loc="lower center", ncol=min(4, len(providers)), fontsize=8)
-        fig.suptitle(f"attention forward on {info.get('gpu', '?')} · torch {info['torch']} · "
+        fig.suptitle(f"{what} on {info.get('gpu', '?')} · torch {info['torch']} · "
                      f"triton {info['triton']} · {info['date'][:10]}", fontsize=10)
         fig.tight_layout(rect=(0, 0.12, 1, 1))
-        path = out / f"tflops_{dt}.png"
+        path = out / f"{prefix}tflops_{dt}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         files.append(path)
     # memory (first dtype, smallest D, not causal)
-    mem = [r for r in rows if r.get("status") == "ok" and not r["causal"]]
+    mem = [r for r in rows if r.get("status") == "ok" and not r["causal"]] if memory else []
     if mem:
         dt0, d0 = mem[0]["dtype"], min(r["D"] for r in mem)
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -351,7 +354,7 @@ def plots(info: dict, rows: list[dict], plan: Plan, out: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        path = out / "memory.png"
+        path = out / f"{prefix}memory.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         files.append(path)
@@ -459,6 +462,8 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1),
                    help="processes that compile the Triton kernels in parallel before timing (0: off)")
     p.add_argument("--check-only", action="store_true", help="validate the suite without a GPU and exit")
+    p.add_argument("--backward", action="store_true",
+                   help="time notebook 09's backward and training step (backward.json, backward.md) instead")
     p.add_argument("--from-json", type=Path, default=None,
                    help="rebuild results.md and the plots from an existing results.json (no GPU needed)")
     return p.parse_args(argv)
@@ -489,13 +494,12 @@ def main(argv=None) -> int:
                     causal=tuple(pl["causal"]), heads=pl["heads"], batch={int(k): v for k, v in pl["batch"].items()})
         out = args.out or args.from_json.parent
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.md").write_text(markdown(data["environment"], data["rows"], plan), encoding="utf-8")
-        plots(data["environment"], data["rows"], plan, out)
-        print(f"wrote {out}/results.md and plots from {args.from_json}")
+        name = write_reports(data["environment"], data["rows"], plan, out, data.get("mode") == "backward")
+        print(f"wrote {out}/{name} and plots from {args.from_json}")
         return 0
     plan = make_plan(args)
     if args.check_only:
-        return check_only(plan)
+        return suite_backward.check_only(plan) if args.backward else check_only(plan)
     if not torch.cuda.is_available():
         print("grader.tools.suite needs a CUDA GPU (use --check-only to validate it without one)", file=sys.stderr)
         return 2
@@ -520,30 +524,48 @@ def main(argv=None) -> int:
     t0 = time.time()
     log(f"grader.tools.suite on {info.get('gpu')} · driver {info.get('driver')} · torch {info['torch']} · "
         f"triton {info['triton']} · {info['date']}")
-    providers = course_providers() + torch_providers()
+    backward = args.backward
+    providers = suite_backward.providers() if backward else course_providers() + torch_providers()
     if args.providers:
         keys = [s.strip().lower() for s in args.providers.split(",")]
         providers = [p for p in providers if any(k in p.name.lower() for k in keys)]
-    available = {COURSE[p.name] for p in providers if p.name in COURSE and not p.unavailable}
-    parallel_warmup(plan, available, args.workers, deadline_s=150, log=log)
+    if not backward:
+        available = {COURSE[p.name] for p in providers if p.name in COURSE and not p.unavailable}
+        parallel_warmup(plan, available, args.workers, deadline_s=150, log=log)
+    stem = "backward" if backward else "results"
 
     def save(rows):
         info["seconds"] = round(time.time() - t0, 1)
-        (out / "results.json").write_text(json.dumps(dict(environment=info, plan=dict(
+        (out / f"{stem}.json").write_text(json.dumps(dict(environment=info, mode="backward" if backward else
+                                                          "forward", plan=dict(
             sizes=plan.sizes, dims=plan.dims, dtypes=plan.dtypes, causal=plan.causal, heads=plan.heads,
             batch={n: plan.batch_for(n) for n in plan.sizes}), rows=rows), indent=1), encoding="utf-8")
 
     deadline = t0 + args.budget_s if args.budget_s else None
-    rows = measure(plan, providers, rep=args.rep, warmup=max(5, args.rep // 4), log=log, deadline=deadline,
-                   on_config=save)
+    measure_fn = suite_backward.measure if backward else measure
+    rows = measure_fn(plan, providers, rep=args.rep, warmup=max(5, args.rep // 4), log=log, deadline=deadline,
+                      on_config=save)
     save(rows)
-    (out / "results.md").write_text(markdown(info, rows, plan), encoding="utf-8")
+    name = write_reports(info, rows, plan, out, backward, log)
+    log(f"wrote {out}/{stem}.json, {name} and plots in {time.time() - t0:.0f}s")
+    return 0
+
+
+def write_reports(info: dict, rows: list[dict], plan: Plan, out: Path, backward: bool, log=print) -> str:
+    """The markdown report and the plots of a forward or backward run; the report's file name."""
+    name = "backward.md" if backward else "results.md"
+    text = suite_backward.markdown(info, rows, plan) if backward else markdown(info, rows, plan)
+    (out / name).write_text(text, encoding="utf-8")
     try:
-        plots(info, rows, plan, out)
+        if backward:
+            for kind in (suite_backward.BACKWARD, suite_backward.STEP):
+                plots(info, [r for r in rows if r["kind"] == kind], plan, out, what=f"attention {kind}",
+                      prefix=f"{kind}_", memory=kind == suite_backward.STEP)
+        else:
+            plots(info, rows, plan, out)
     except Exception:  # noqa: BLE001 - the tables are the result; a plotting problem must not lose them
         log("plotting failed:\n" + traceback.format_exc())
-    log(f"wrote {out}/results.json, results.md and plots in {time.time() - t0:.0f}s")
-    return 0
+    return name
 
 
 if __name__ == "__main__":

@@ -1,0 +1,271 @@
+"""The suite's backward mode (`python -m grader.tools.suite --backward`): notebook 09's kernels against PyTorch.
+
+Two kinds of rows, per (dtype, D, causal, N) of the plan:
+
+- backward: dq, dk, dv from (q, k, v, o, lse, do), the forward not timed. The course's flash_attention_backward is
+  handed the o and lse of its own flash_attention_forward; SDPA's backends keep their own (grader.benchmarks'
+  sdpa_backward). TFLOP/s count 2.5× the forward's FLOPs.
+- step: a training step, forward + backward through autograd: the course's flash_attention_autograd, SDPA's
+  backends and naive PyTorch attention (where its N×N scores fit). TFLOP/s count 3.5× the forward's FLOPs; the
+  peak extra memory of one step is the memory argument of FlashAttention, measured.
+
+Before a provider is timed, its dq, dk, dv on the first (batch, head) are checked against fp64 autograd of the
+naive attention (grader.oracle.attention_grads) at the grader's gradient tolerance (grader.tolerances); a wrong
+one is reported as WRONG, not timed. Measuring is grader.benchmarks' core, as for the forward.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from .. import benchmarks as core
+
+BACKWARD, STEP = "backward", "step"
+COURSE_BACKWARD = "course: flash_attention_backward (09)"
+COURSE_STEP = "course: flash_attention_autograd (09), step"
+NAIVE_STEP = "naive PyTorch, step"
+#: SDPA backends timed in backward mode (a subset of grader.benchmarks.SDPA_BACKENDS: EFFICIENT is far behind)
+SDPA = {"SDPA cuDNN": "CUDNN_ATTENTION", "SDPA FLASH": "FLASH_ATTENTION"}
+CHECK_FP64_MAX_N = 8192  # fp64 autograd of one head keeps a few N×N fp64 tensors: 2 GiB at N = 8192
+
+
+class Provider:
+    def __init__(self, name: str, kind: str, fn: Callable | None, unavailable: str | None = None,
+                 course: bool = False):
+        self.name, self.kind, self.fn, self.unavailable, self.course = name, kind, fn, unavailable, course
+
+
+def course_forward() -> tuple[Callable | None, str | None]:
+    """Notebook 09's flash_attention_forward (its o and lse feed the course's backward), or why it is missing."""
+    from ..notebooks import reference
+
+    try:
+        return reference("flash_attention_forward"), None
+    except Exception as e:  # noqa: BLE001 - a missing notebook is reported, not fatal
+        return None, f"unavailable ({type(e).__name__}: {str(e)[:120]})"
+
+
+def providers() -> list[Provider]:
+    from ..notebooks import reference
+
+    out = []
+    for name, ex_id, kind in ((COURSE_BACKWARD, "flash_attention_backward", BACKWARD),
+                              (COURSE_STEP, "flash_attention_autograd", STEP)):
+        try:
+            fn = reference(ex_id)
+        except Exception as e:  # noqa: BLE001
+            out.append(Provider(name, kind, None, f"unavailable ({type(e).__name__}: {str(e)[:120]})", True))
+            continue
+        if kind == BACKWARD:
+            out.append(Provider(name, kind, lambda q, k, v, o, lse, do, causal, fn=fn: fn(q, k, v, o, lse, do,
+                                                                                         causal=causal), course=True))
+        else:
+            out.append(Provider(name, kind, core.training_step(lambda q, k, v, causal, fn=fn: fn(q, k, v,
+                                                                                                causal=causal)),
+                                course=True))
+    for name, backend in SDPA.items():
+        out.append(Provider(f"{name} backward", BACKWARD, core.sdpa_backward(backend)))
+    for name, backend in SDPA.items():
+        out.append(Provider(f"{name}, step", STEP, core.training_step(core.sdpa_backend(backend))))
+    out.append(Provider(NAIVE_STEP, STEP, core.training_step(core.naive_attention)))
+    return out
+
+
+def grads_ok(grads, ref, dtype) -> tuple[bool, float]:
+    """Each of dq, dk, dv within the grader's gradient tolerance of ref; the worst |error| / bound."""
+    from ..tolerances import grad_tolerance
+
+    a, r = grad_tolerance(dtype)
+    worst = 0.0
+    for g, want in zip(grads, ref):
+        g = g.detach().double()
+        if not bool(torch.isfinite(g).all()):
+            return False, float("inf")
+        bound = a * want.pow(2).mean().sqrt() + r * want.abs()
+        worst = max(worst, float(((g - want).abs() / bound).max()))
+    return worst <= 1.0, worst
+
+
+def _reference_grads(q, k, v, do, causal):
+    """fp64 autograd of the naive attention on the first (batch, head); None where it would not fit."""
+    from .. import oracle
+
+    if q.shape[2] > CHECK_FP64_MAX_N:
+        return None
+    try:
+        return oracle.attention_grads(q[:1, :1], k[:1, :1], v[:1, :1], do[:1, :1], causal=causal)
+    except torch.cuda.OutOfMemoryError:
+        return None
+
+
+def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadline=None, on_config=None,
+            device="cuda") -> list[dict]:
+    from .suite import DTYPES, NAIVE_MEMORY_FRACTION
+
+    forward, why = course_forward()
+    rows = []
+    total_memory = torch.cuda.get_device_properties(0).total_memory if device == "cuda" else 1 << 40
+    for dt_name, d, causal, n in plan.configs():
+        if deadline is not None and time.time() > deadline:
+            log(f"  time budget spent: {dt_name} D={d} causal={causal} N={n} and later configurations not measured")
+            break
+        dtype = DTYPES[dt_name]
+        b, h = plan.batch_for(n), plan.heads
+        gen = torch.Generator(device=device).manual_seed(0)
+        q, k, v, do = (torch.randn(b, h, n, d, device=device, dtype=dtype, generator=gen) for _ in range(4))
+        o = lse = None
+        if forward is not None:
+            o, lse = forward(q, k, v, causal=causal)
+        ref = _reference_grads(q, k, v, do, causal)
+        for p in provs:
+            row = dict(provider=p.name, kind=p.kind, dtype=dt_name, D=d, causal=causal, N=n, B=b, H=h)
+            work = (core.backward_flops if p.kind == BACKWARD else core.step_flops)(b, h, n, n, d, causal)
+            if p.unavailable:
+                row["status"] = p.unavailable
+            elif p.name == COURSE_BACKWARD and o is None:
+                row["status"] = f"unavailable (no course forward for o and lse: {why})"
+            elif p.name == NAIVE_STEP and b * h * n * n * 24 > NAIVE_MEMORY_FRACTION * total_memory:
+                row["status"] = "skipped (the N×N scores and their gradient would not fit)"
+            else:
+                def call(p=p):
+                    return p.fn(q, k, v, o, lse, do, causal)
+                try:
+                    grads = call()
+                    if ref is not None:
+                        ok, worst = grads_ok([g[:1, :1] for g in grads], ref, dtype)
+                        row["worst_vs_tolerance"] = worst
+                    else:
+                        ok = all(bool(torch.isfinite(g).all()) for g in grads)
+                        row["check"] = f"finite only (fp64 reference above N={CHECK_FP64_MAX_N})"
+                    del grads
+                    if not ok:
+                        row["status"] = "WRONG (gradients differ from fp64 autograd beyond the tolerance)"
+                    else:
+                        ms = core.time_ms(call, warmup=warmup, rep=rep)
+                        row.update(status="ok", ms=ms, tflops=core.throughput(work, ms),
+                                   mem_mib=core.peak_extra_mib(call))
+                except torch.cuda.OutOfMemoryError:
+                    row["status"] = "out of memory"
+                except Exception as e:  # noqa: BLE001 - one provider failing must not stop the others
+                    row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                finally:
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
+            rows.append(row)
+            rate = f"{row['tflops']:7.1f} TFLOP/s {row['ms']:8.3f} ms {row['mem_mib']:9.1f} MiB" \
+                if row.get("status") == "ok" else row["status"][:70]
+            log(f"  {dt_name} D={d:<3} causal={int(causal)} N={n:<5} B={b} H={h}  {p.name:<44} {rate}")
+        q = k = v = do = o = lse = ref = None
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        if on_config is not None:
+            on_config(rows)
+    return rows
+
+
+def markdown(info: dict, rows: list[dict], plan) -> str:
+    from .suite import _fmt
+
+    lines = ["# Attention backward and training step: the course's kernels against PyTorch", ""]
+    lines.append(f"- GPU: **{info.get('gpu', '?')}** (compute capability {info.get('capability', '?')}, "
+                 f"{info.get('sms', '?')} SMs), driver {info.get('driver', '?')}")
+    lines.append(f"- torch {info['torch']} (CUDA {info.get('cuda')}, cuDNN {info.get('cudnn')}), "
+                 f"triton {info['triton']}, Python {info['python']}")
+    lines.append(f"- date: {info['date']}")
+    lines.append(f"- backward: dq, dk, dv from (q, k, v, o, lse, do), {core.BACKWARD_FLOPS}× the forward's "
+                 f"4·B·H·N²·D (halved when causal); step: forward + backward through autograd, {core.STEP_FLOPS}×. "
+                 "Time: median of three `triton.testing.do_bench` medians. H = "
+                 f"{plan.heads}, B = " + ", ".join(f"{plan.batch_for(n)} at N={n}" for n in plan.sizes) + ".")
+    lines.append("- Before timing, every provider's gradients on the first (batch, head) are checked against fp64 "
+                 f"autograd at the grader's gradient tolerance (up to N = {CHECK_FP64_MAX_N}; above it, finite "
+                 "only). `WRONG`: outside it; `skip`: naive N×N scores would not fit.")
+    lines.append("")
+    by = {(r["provider"], r["dtype"], r["D"], r["causal"], r["N"]): r for r in rows}
+    for kind, ours in ((BACKWARD, COURSE_BACKWARD), (STEP, COURSE_STEP)):
+        names = list(dict.fromkeys(r["provider"] for r in rows if r["kind"] == kind))
+        if not names:
+            continue
+        bases = [n for n in names if n.startswith("SDPA")]
+        for dt in plan.dtypes:
+            for d in plan.dims:
+                for c in plan.causal:
+                    sizes = [n for n in plan.sizes if any((p, dt, d, c, n) in by for p in names)]
+                    if not sizes:
+                        continue
+                    lines.append(f"## {kind}: {dt}, D = {d}, {'causal' if c else 'not causal'}: TFLOP/s")
+                    lines.append("")
+                    lines.append("| provider | " + " | ".join(f"N={n}" for n in sizes) + " |")
+                    lines.append("|---|" + "---:|" * len(sizes))
+                    for p in names:
+                        cells = [_fmt(by[(p, dt, d, c, n)]) if (p, dt, d, c, n) in by else "" for n in sizes]
+                        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+                    for base in bases:
+                        cells = []
+                        for n in sizes:
+                            a, b = by.get((ours, dt, d, c, n), {}), by.get((base, dt, d, c, n), {})
+                            cells.append(f"{a['tflops'] / b['tflops']:.2f}×" if "tflops" in a and "tflops" in b
+                                         else "")
+                        if any(cells):
+                            lines.append(f"| *ours / {base}* | " + " | ".join(cells) + " |")
+                    lines.append("")
+    step_rows = [r for r in rows if r["kind"] == STEP and r.get("status") == "ok" and not r["causal"]]
+    if step_rows:
+        dt0, d0 = step_rows[0]["dtype"], min(r["D"] for r in step_rows)
+        sizes = [n for n in plan.sizes if any(r["N"] == n for r in step_rows)]
+        names = list(dict.fromkeys(r["provider"] for r in rows if r["kind"] == STEP))
+        lines.append(f"## Peak extra memory of one training step (MiB): {dt0}, D = {d0}, not causal")
+        lines.append("")
+        lines.append("| provider | " + " | ".join(f"N={n}" for n in sizes) + " |")
+        lines.append("|---|" + "---:|" * len(sizes))
+        for p in names:
+            cells = []
+            for n in sizes:
+                r = by.get((p, dt0, d0, False, n))
+                cells.append(f"{r['mem_mib']:.0f}" if r and r.get("status") == "ok" else (_fmt(r) if r else ""))
+            lines.append(f"| {p} | " + " | ".join(cells) + " |")
+        lines.append("")
+    problems = {(r["provider"], r["status"]) for r in rows
+                if str(r.get("status", "")).startswith(("error", "WRONG", "unavailable"))}
+    if problems:
+        lines.append("## Errors and unavailable providers")
+        lines.append("")
+        for p, s in sorted(problems):
+            lines.append(f"- {p}: {s}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def check_only(plan) -> int:
+    """Without a GPU: every backward and step provider the machine can run, right on a tiny input."""
+    from .. import environment, oracle
+
+    env = environment.detect()
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(1, 2, 64, 32, device=env.device, dtype=torch.float16) for _ in range(4))
+    forward, why = course_forward()
+    failures = 0
+    for p in providers():
+        if p.unavailable:
+            print(f"  {p.name}: {p.unavailable}")
+            failures += p.course
+            continue
+        if not p.course and env.device != "cuda":
+            continue  # SDPA's backends and the naive step are PyTorch's: checked against the oracle on a GPU
+        for causal in (False, True):
+            try:
+                o, lse = forward(q, k, v, causal=causal) if forward is not None else (None, None)
+                grads = p.fn(q, k, v, o, lse, do, causal)
+                ok, worst = grads_ok(grads, oracle.attention_grads(q, k, v, do, causal=causal), torch.float16)
+            except Exception as e:  # noqa: BLE001
+                ok, worst = False, f"{type(e).__name__}: {e}"
+            failures += not ok
+            print(f"  {p.name:<46} causal={int(causal)}  {'ok' if ok else 'FAIL'}  worst/tolerance {worst}")
+    from .suite import environment_info
+
+    md = markdown(environment_info(), [], plan)
+    assert md.startswith("# Attention backward")
+    print("check-only (backward):", "passed" if not failures else f"{failures} failure(s)")
+    return 1 if failures else 0
