@@ -34,7 +34,8 @@ T = catalogue("reports", {
     "hint_of": ("hint ({cases})", "提示（{cases}）"),
     "labelled": ("{label}: {text}", "{label}：{text}"),
     "in_parens": ("({text})", "（{text}）"),
-    "case_detail": ("case {n} ({name}, {shapes}, {dtype})", "用例 {n}（{name}，{shapes}，{dtype}）"),
+    "case_detail": ("case {n} ({details})", "用例 {n}（{details}）"),
+    "detail_sep": (", ", "，"),
     "graded_on": ("graded on {environment} · seed {seed} · {n} cases",
                   "评测环境：{environment} · 随机种子 {seed} · 共 {n} 个用例"),
     "passed_word": ("PASSED", "通过"),
@@ -171,7 +172,8 @@ def format_check(r: CheckResult) -> str:
         lines.append("")
     for status, problems, members in groups:
         c = members[0]
-        label = T("case_detail", n=c.index, name=messages.case_label(c.name), shapes=c.shapes, dtype=c.dtype) \
+        details = [messages.case_label(c.name)] + [x for x in (c.shapes, c.dtype) if x and x != "-"]
+        label = T("case_detail", n=c.index, details=str(T("detail_sep")).join(details)) \
             if len(members) == 1 else _cases([m.index for m in members])
         lines.append(T("labelled", label=label, text=mark(status)))
         lines += [f"    - {p}" for p in problems]
