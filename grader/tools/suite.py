@@ -226,6 +226,35 @@ def _fmt(row):
     return "err"
 
 
+def speed_tables(by: dict, plan: Plan, providers: list[str], ours: str, bases, ratio_name: str,
+                 heading: str = "") -> list[str]:
+    """One TFLOP/s table per (dtype, D, causal) of the plan that has rows, with a ratio row `ours / base` per base.
+    by: (provider, dtype, D, causal, N) -> row."""
+    lines = []
+    for dt in plan.dtypes:
+        for d in plan.dims:
+            for c in plan.causal:
+                sizes = [n for n in plan.sizes if any((p, dt, d, c, n) in by for p in providers)]
+                if not sizes:
+                    continue
+                lines.append(f"## {heading}{dt}, D = {d}, {'causal' if c else 'not causal'}: TFLOP/s")
+                lines.append("")
+                lines.append("| provider | " + " | ".join(f"N={n}" for n in sizes) + " |")
+                lines.append("|---|" + "---:|" * len(sizes))
+                for p in providers:
+                    cells = [_fmt(by[(p, dt, d, c, n)]) if (p, dt, d, c, n) in by else "" for n in sizes]
+                    lines.append(f"| {p} | " + " | ".join(cells) + " |")
+                for base in bases:
+                    cells = []
+                    for n in sizes:
+                        a, b = by.get((ours, dt, d, c, n), {}), by.get((base, dt, d, c, n), {})
+                        cells.append(f"{a['tflops'] / b['tflops']:.2f}×" if "tflops" in a and "tflops" in b else "")
+                    if any(cells):
+                        lines.append(f"| *{ratio_name} / {base}* | " + " | ".join(cells) + " |")
+                lines.append("")
+    return lines
+
+
 def markdown(info: dict, rows: list[dict], plan: Plan) -> str:
     lines = ["# Attention forward: the course's kernels against PyTorch", ""]
     lines.append(f"- GPU: **{info.get('gpu', '?')}** (compute capability {info.get('capability', '?')}, "
@@ -243,27 +272,7 @@ def markdown(info: dict, rows: list[dict], plan: Plan) -> str:
     unavailable = {r["provider"]: r["status"] for r in rows if str(r.get("status", "")).startswith("unavailable")}
     by = {(r["provider"], r["dtype"], r["D"], r["causal"], r["N"]): r for r in rows}
     fast, cudnn, flash = "course: flash_attention_fast (08)", "SDPA cuDNN", "SDPA FLASH"
-    for dt in plan.dtypes:
-        for d in plan.dims:
-            for c in plan.causal:
-                sizes = [n for n in plan.sizes if any((p, dt, d, c, n) in by for p in providers)]
-                if not sizes:
-                    continue
-                lines.append(f"## {dt}, D = {d}, {'causal' if c else 'not causal'}: TFLOP/s")
-                lines.append("")
-                lines.append("| provider | " + " | ".join(f"N={n}" for n in sizes) + " |")
-                lines.append("|---|" + "---:|" * len(sizes))
-                for p in providers:
-                    cells = [_fmt(by[(p, dt, d, c, n)]) if (p, dt, d, c, n) in by else "" for n in sizes]
-                    lines.append(f"| {p} | " + " | ".join(cells) + " |")
-                for base in (cudnn, flash):
-                    cells = []
-                    for n in sizes:
-                        a, b = by.get((fast, dt, d, c, n), {}), by.get((base, dt, d, c, n), {})
-                        cells.append(f"{a['tflops'] / b['tflops']:.2f}×" if "tflops" in a and "tflops" in b else "")
-                    if any(cells):
-                        lines.append(f"| *flash_attention_fast / {base}* | " + " | ".join(cells) + " |")
-                lines.append("")
+    lines += speed_tables(by, plan, providers, fast, (cudnn, flash), "flash_attention_fast")
     # memory
     lines.append("## Peak extra memory of one call (MiB), fp16 where measured")
     lines.append("")

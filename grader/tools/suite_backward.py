@@ -167,7 +167,7 @@ def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadl
 
 
 def markdown(info: dict, rows: list[dict], plan) -> str:
-    from .suite import _fmt
+    from .suite import _fmt, speed_tables
 
     lines = ["# Attention backward and training step: the course's kernels against PyTorch", ""]
     lines.append(f"- GPU: **{info.get('gpu', '?')}** (compute capability {info.get('capability', '?')}, "
@@ -186,31 +186,9 @@ def markdown(info: dict, rows: list[dict], plan) -> str:
     by = {(r["provider"], r["dtype"], r["D"], r["causal"], r["N"]): r for r in rows}
     for kind, ours in ((BACKWARD, COURSE_BACKWARD), (STEP, COURSE_STEP)):
         names = list(dict.fromkeys(r["provider"] for r in rows if r["kind"] == kind))
-        if not names:
-            continue
-        bases = [n for n in names if n.startswith("SDPA")]
-        for dt in plan.dtypes:
-            for d in plan.dims:
-                for c in plan.causal:
-                    sizes = [n for n in plan.sizes if any((p, dt, d, c, n) in by for p in names)]
-                    if not sizes:
-                        continue
-                    lines.append(f"## {kind}: {dt}, D = {d}, {'causal' if c else 'not causal'}: TFLOP/s")
-                    lines.append("")
-                    lines.append("| provider | " + " | ".join(f"N={n}" for n in sizes) + " |")
-                    lines.append("|---|" + "---:|" * len(sizes))
-                    for p in names:
-                        cells = [_fmt(by[(p, dt, d, c, n)]) if (p, dt, d, c, n) in by else "" for n in sizes]
-                        lines.append(f"| {p} | " + " | ".join(cells) + " |")
-                    for base in bases:
-                        cells = []
-                        for n in sizes:
-                            a, b = by.get((ours, dt, d, c, n), {}), by.get((base, dt, d, c, n), {})
-                            cells.append(f"{a['tflops'] / b['tflops']:.2f}×" if "tflops" in a and "tflops" in b
-                                         else "")
-                        if any(cells):
-                            lines.append(f"| *ours / {base}* | " + " | ".join(cells) + " |")
-                    lines.append("")
+        if names:
+            lines += speed_tables(by, plan, names, ours, [n for n in names if n.startswith("SDPA")], "ours",
+                                  heading=f"{kind}: ")
     step_rows = [r for r in rows if r["kind"] == STEP and r.get("status") == "ok" and not r["causal"]]
     if step_rows:
         dt0, d0 = step_rows[0]["dtype"], min(r["D"] for r in step_rows)
