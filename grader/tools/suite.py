@@ -201,7 +201,7 @@ def environment_info() -> dict:
     from ..device import driver_version, shared_memory_limit
 
     info = dict(date=time.strftime("%Y-%m-%d %H:%M %Z"), torch=torch.__version__, triton=triton.__version__,
-                python=platform.python_version(), cuda=torch.version.cuda)
+                python=platform.python_version(), cuda=torch.version.cuda, timing=core.TIMING)
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
@@ -262,7 +262,8 @@ def markdown(info: dict, rows: list[dict], plan: Plan) -> str:
     lines.append(f"- torch {info['torch']} (CUDA {info.get('cuda')}, cuDNN {info.get('cudnn')}), "
                  f"triton {info['triton']}, Python {info['python']}")
     lines.append(f"- date: {info['date']}")
-    lines.append("- TFLOP/s = 4·B·H·N²·D / time (halved when causal); time = `triton.testing.do_bench` median; "
+    lines.append("- TFLOP/s = 4·B·H·N²·D / time (halved when causal); time = "
+                 f"{info.get('timing', '`triton.testing.do_bench` median')}; "
                  f"H = {plan.heads}, B = " + ", ".join(f"{plan.batch_for(n)} at N={n}" for n in plan.sizes) + ".")
     lines.append("- Every output is compared with SDPA before it is timed. `n/a`: outside that kernel's contract "
                  "(the 2-D kernel has no causal mask); `skip`: naive N×N scores would not fit; `unavail.`: the "

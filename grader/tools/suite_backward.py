@@ -177,7 +177,7 @@ def markdown(info: dict, rows: list[dict], plan) -> str:
     lines.append(f"- date: {info['date']}")
     lines.append(f"- backward: dq, dk, dv from (q, k, v, o, lse, do), {core.BACKWARD_FLOPS}× the forward's "
                  f"4·B·H·N²·D (halved when causal); step: forward + backward through autograd, {core.STEP_FLOPS}×. "
-                 "Time: median of three `triton.testing.do_bench` medians. H = "
+                 f"Time: {info.get('timing', core.TIMING)}. H = "
                  f"{plan.heads}, B = " + ", ".join(f"{plan.batch_for(n)} at N={n}" for n in plan.sizes) + ".")
     lines.append("- Before timing, every provider's gradients on the first (batch, head) are checked against fp64 "
                  f"autograd at the grader's gradient tolerance (up to N = {CHECK_FP64_MAX_N}; above it, finite "
