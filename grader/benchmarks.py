@@ -93,10 +93,6 @@ def step_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool)
     return STEP_FLOPS * attention_flops(batch, heads, n_q, n_k, d, causal)
 
 
-#: how time_ms times, as a report says it (a results file records it, so that an older file keeps its own words)
-TIMING = "the median of three `triton.testing.do_bench` medians"
-
-
 def time_ms(fn: Callable[[], Any], *, warmup: int = 25, rep: int = 100, repeats: int = 3) -> float:
     """Milliseconds of fn(): the median of `repeats` triton.testing.do_bench medians, each after `warmup` ms of
     untimed calls. One do_bench median now and then comes out ~30 % slow on the H200 (a row of 361, 252, 362

@@ -167,7 +167,7 @@ def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadl
 
 
 def markdown(info: dict, rows: list[dict], plan) -> str:
-    from .suite import _fmt, speed_tables
+    from .suite import TIMING, _fmt, speed_tables
 
     lines = ["# Attention backward and training step: the course's kernels against PyTorch", ""]
     lines.append(f"- GPU: **{info.get('gpu', '?')}** (compute capability {info.get('capability', '?')}, "
@@ -177,7 +177,7 @@ def markdown(info: dict, rows: list[dict], plan) -> str:
     lines.append(f"- date: {info['date']}")
     lines.append(f"- backward: dq, dk, dv from (q, k, v, o, lse, do), {core.BACKWARD_FLOPS}× the forward's "
                  f"4·B·H·N²·D (halved when causal); step: forward + backward through autograd, {core.STEP_FLOPS}×. "
-                 f"Time: {info.get('timing', core.TIMING)}. H = "
+                 f"Time: {info.get('timing', TIMING)}. H = "
                  f"{plan.heads}, B = " + ", ".join(f"{plan.batch_for(n)} at N={n}" for n in plan.sizes) + ".")
     lines.append("- Before timing, every provider's gradients on the first (batch, head) are checked against fp64 "
                  f"autograd at the grader's gradient tolerance (up to N = {CHECK_FP64_MAX_N}; above it, finite "
