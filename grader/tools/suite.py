@@ -258,6 +258,18 @@ def speed_tables(by: dict, plan: Plan, providers: list[str], ours: str, bases, r
     return lines
 
 
+def memory_table(by: dict, providers: list[str], sizes: list[int], dtype: str, d: int) -> list[str]:
+    """Peak extra MiB per provider and N (not causal), status marks where a provider did not run."""
+    lines = ["| provider | " + " | ".join(f"N={n}" for n in sizes) + " |", "|---|" + "---:|" * len(sizes)]
+    for p in providers:
+        cells = []
+        for n in sizes:
+            r = by.get((p, dtype, d, False, n))
+            cells.append(f"{r['mem_mib']:.0f}" if r and r.get("status") == "ok" else (_fmt(r) if r else ""))
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def markdown(info: dict, rows: list[dict], plan: Plan) -> str:
     lines = ["# Attention forward: the course's kernels against PyTorch", ""]
     lines.append(f"- GPU: **{info.get('gpu', '?')}** (compute capability {info.get('capability', '?')}, "
@@ -287,15 +299,7 @@ def markdown(info: dict, rows: list[dict], plan: Plan) -> str:
         sizes = [n for n in plan.sizes if any(r["N"] == n for r in mem_rows)]
         lines.append(f"{dt0}, D = {d0}, not causal (the output itself counts: B·H·N·D·2 bytes)")
         lines.append("")
-        lines.append("| provider | " + " | ".join(f"N={n}" for n in sizes) + " |")
-        lines.append("|---|" + "---:|" * len(sizes))
-        for p in providers:
-            cells = []
-            for n in sizes:
-                r = by.get((p, dt0, d0, False, n))
-                cells.append(f"{r['mem_mib']:.0f}" if r and r.get("status") == "ok" else (_fmt(r) if r else ""))
-            lines.append(f"| {p} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += memory_table(by, providers, sizes, dt0, d0)
     if unavailable:
         lines.append("## Unavailable providers")
         lines.append("")

@@ -167,7 +167,7 @@ def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadl
 
 
 def markdown(info: dict, rows: list[dict], plan) -> str:
-    from .suite import TIMING, _fmt, speed_tables
+    from .suite import TIMING, memory_table, speed_tables
 
     lines = ["# Attention backward and training step: the course's kernels against PyTorch", ""]
     lines.append(f"- GPU: **{info.get('gpu', '?')}** (compute capability {info.get('capability', '?')}, "
@@ -196,15 +196,7 @@ def markdown(info: dict, rows: list[dict], plan) -> str:
         names = list(dict.fromkeys(r["provider"] for r in rows if r["kind"] == STEP))
         lines.append(f"## Peak extra memory of one training step (MiB): {dt0}, D = {d0}, not causal")
         lines.append("")
-        lines.append("| provider | " + " | ".join(f"N={n}" for n in sizes) + " |")
-        lines.append("|---|" + "---:|" * len(sizes))
-        for p in names:
-            cells = []
-            for n in sizes:
-                r = by.get((p, dt0, d0, False, n))
-                cells.append(f"{r['mem_mib']:.0f}" if r and r.get("status") == "ok" else (_fmt(r) if r else ""))
-            lines.append(f"| {p} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += memory_table(by, names, sizes, dt0, d0)
     problems = {(r["provider"], r["status"]) for r in rows
                 if str(r.get("status", "")).startswith(("error", "WRONG", "unavailable"))}
     if problems:
