@@ -147,6 +147,19 @@ T = catalogue("visuals", {
     "causal": ("causal", "因果"),
     "not_causal": ("not causal", "非因果"),
     "measured_rows": ("{where}: {n} measured rows", "{where}：{n} 行测量数据"),
+    # ---- pipeline timeline (notebook 11)
+    "tl_load": ("TMA load", "TMA 加载"),
+    "tl_mma": ("products on the tensor cores", "tensor core 上的乘法"),
+    "tl_softmax": ("softmax on the CUDA cores", "CUDA core 上的 softmax"),
+    "tl_blocked": ("waiting", "等待"),
+    "tl_tensor_cores": ("tensor cores", "tensor core"),
+    "tl_producer": ("producer", "生产者"),
+    "tl_time": ("time (one unit: one group's products of one K/V block, alone on the tensor cores)",
+                "时间（一个单位：一个 group 独占 tensor core 时做完一个 K/V 块的乘法）"),
+    "tl_title": ("{title}: {outcome}; tensor cores busy {busy:.0%}", "{title}：{outcome}；tensor core 忙碌 {busy:.0%}"),
+    "tl_finished": ("finished at t = {t:.1f}", "在 t = {t:.1f} 完成"),
+    "tl_failed": ("stopped at t = {t:.1f} ({outcome})", "在 t = {t:.1f} 停下（{outcome}）"),
+
 })
 
 STATIC_ENV = config.STATIC_VISUALS.name
@@ -156,7 +169,7 @@ __all__ = [
     "FULL", "MASKED", "SKIPPED", "Tile", "WalkStep", "TileWalk", "tile_grid", "tile_walk", "tile_walker",
     "SoftmaxStep", "online_softmax_steps", "softmax_stepper",
     "DTYPE_BYTES", "GPU_SMEM_LIMITS", "attention_smem_bytes", "smem_limits", "sram_explorer",
-    "BENCHMARK_PATHS", "load_benchmark_results", "benchmark_explorer",
+    "BENCHMARK_PATHS", "load_benchmark_results", "benchmark_explorer", "pipeline_timeline",
 ]
 
 
@@ -1106,3 +1119,60 @@ def benchmark_explorer(path=None, dtype: str | None = None, d: int | None = None
     box.image, box.status = image, status
     box.results = res
     return box
+
+
+# ============================================================================================ pipeline timeline
+_TL_COLOURS = {"load": "#55a868", "mma": "#4c72b0", "softmax": "#dd8452", "blocked": "#dddddd"}
+
+
+def pipeline_timeline(*runs, titles: list[str] | None = None):
+    """The timelines of grader.pipeline_sim runs, one panel each, stacked on one time axis: a row per partition
+    (its TMA loads, products, softmax and waits) and a row for the tensor cores (how many products share them).
+
+    Each run is a pipeline_sim.Trace. Returns a matplotlib Figure (static: the run is already decided)."""
+    from .pipeline_sim import actor_label
+
+    pt = plot_text()
+    titles = list(titles or [""] * len(runs))
+    rows_per = [sorted({iv.actor for iv in tr.intervals} | {"producer"}, key=lambda a: (a != "producer", a))
+                for tr in runs]
+    height = sum(len(r) + 1 for r in rows_per) * 0.42 + 0.9 * len(runs)
+    with figure_fonts(pt):
+        fig = _figure(11, max(2.5, height))
+        fig.fac_text = pt
+        axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0]
+        t_max = max([tr.time for tr in runs] + [1.0])
+        for ax, tr, rows, title in zip(axes, runs, rows_per, titles):
+            labels = [pt(T, "tl_producer") if a == "producer" else actor_label(a) for a in rows]
+            labels.append(pt(T, "tl_tensor_cores"))
+            y = {a: len(labels) - 1 - i for i, a in enumerate(rows)}
+            for iv in tr.intervals:  # waits thin and underneath; the work on top, labelled with its block
+                thin = iv.kind == "blocked"
+                ax.broken_barh([(iv.start, iv.end - iv.start)], (y[iv.actor] - (0.12 if thin else 0.35),
+                                                                  0.24 if thin else 0.7),
+                               facecolors=_TL_COLOURS[iv.kind], edgecolor="white", linewidth=0.5,
+                               zorder=1 if thin else 2)
+                if iv.block is not None and iv.end - iv.start > t_max / 80:
+                    ax.text((iv.start + iv.end) / 2, y[iv.actor], str(iv.block), ha="center", va="center",
+                            fontsize=7, color="white", zorder=3)
+            # the tensor-core row: how many products are on the tensor cores at each moment
+            edges = sorted({iv.start for iv in tr.intervals if iv.kind == "mma"} |
+                           {iv.end for iv in tr.intervals if iv.kind == "mma"})
+            for a, b in zip(edges, edges[1:]):
+                n = sum(iv.start <= a and iv.end >= b for iv in tr.intervals if iv.kind == "mma")
+                if n:
+                    ax.broken_barh([(a, b - a)], (-0.35, 0.7 * min(n, 2) / 2), facecolors=_TL_COLOURS["mma"],
+                                   alpha=1.0 if n == 1 else 0.45)
+            ax.set_yticks(range(len(labels)), labels[::-1])
+            ax.set_ylim(-0.6, len(labels) - 0.4)
+            ax.set_xlim(0, t_max * 1.01)
+            outcome = (pt(T, "tl_finished", t=tr.time) if tr.ok else
+                       pt(T, "tl_failed", t=tr.time, outcome=tr.outcome))
+            ax.set_title(pt(T, "tl_title", title=title, outcome=outcome, busy=tr.tensor_core_busy()),
+                         fontsize=10, loc="left")
+            ax.grid(axis="x", alpha=0.3)
+        axes[-1].set_xlabel(pt(T, "tl_time"))
+        from matplotlib.patches import Patch
+        handles = [Patch(color=_TL_COLOURS[k], label=pt(T, f"tl_{k}")) for k in ("load", "mma", "softmax", "blocked")]
+        fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    return _static(fig)

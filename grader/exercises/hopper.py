@@ -1,0 +1,325 @@
+"""Notebook 11, Hopper's asynchronous pipeline: the protocol of a warp-specialised FlashAttention kernel.
+
+The learner writes partitions for grader.pipeline_sim (generators that yield mbarrier waits and arrivals, TMA loads
+and tensor-core products); each case runs them under many random schedules and timings, and the first run that
+goes wrong is explained. A failing run is compared with classic mistakes (mutant partitions) run on the very same
+schedule: a mistake whose run fails the same way, at the same barrier or slot, is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import diagnosis
+from ..messages import catalogue
+from ..pipeline_sim import (
+    Trace,
+    actor_label,
+    arrive,
+    mma,
+    mma_wait,
+    ring_consumer,
+    run_pingpong,
+    run_ring,
+    softmax,
+    tma_load,
+    wait,
+)
+from .base import Case, Exercise, case_namer, draw_int
+
+T = catalogue("exercises.hopper", {
+    "title_producer": ("The TMA producer of a K/V ring", "K/V 环形缓冲区的 TMA 生产者"),
+    "title_pingpong": ("Two consumer warp groups taking turns (ping-pong)",
+                       "两个消费者 warp group 轮流上阵（ping-pong）"),
+    "not_traces": ("the exercise's runner returned {got}, not simulation traces",
+                   "练习的运行器返回的是 {got}，不是模拟轨迹"),
+    "schedule": ("in schedule {k} of {n} (seed {seed}, timings jittered by ±{jitter:.0%}): {what}",
+                 "在 {n} 个调度中的第 {k} 个（seed {seed}，时长随机扰动 ±{jitter:.0%}）：{what}"),
+    "overlap": ("the products of {a} and {b} were on the tensor cores together at t = {t:.2f}: the turns did not keep "
+                "them apart, so both ran at half speed",
+                "t = {t:.2f} 时 {a} 和 {b} 的乘法同时占着 tensor core：轮转没有把它们错开，两边都只跑了一半的速度"),
+    "busy": ("correct, but the tensor cores were busy only {busy:.0%} of the time from the first product to the last "
+             "(at least {want:.0%} asked; the reference protocol keeps them {ref:.0%} busy here): the softmax of one "
+             "group is not running under the products of the other",
+             "结果正确，但从第一次乘法到最后一次，tensor core 只有 {busy:.0%} 的时间在忙（要求至少 {want:.0%}；"
+             "参考协议在这里能做到 {ref:.0%}）：一个 group 的 softmax 没有藏到另一个 group 的乘法底下"),
+    # bug models of the producer
+    "p_first_lap": ("the first lap waits for parity 0", "第一圈等的是奇偶性 0"),
+    "p_first_lap_why": ("empty barriers start in phase 0 with nobody having arrived, so the first wait on each must "
+                        "pass at once: wait for parity 1 on lap 0, then alternate ((j // stages) & 1) ^ 1",
+                        "empty barrier 一开始处在第 0 阶段，还没有任何到达，所以第一次等待必须立即"
+                        "通过：第 0 圈等奇偶性 1，之后每圈翻转一次，即 ((j // stages) & 1) ^ 1"),
+    "p_no_wait": ("no wait on the empty barrier", "没有等 empty barrier"),
+    "p_no_wait_why": ("the producer must not load into a slot until every consumer has released it, or the load "
+                      "overwrites a block that is still being read",
+                      "在所有消费者都释放某个槽之前，生产者不能往里加载，否则会覆盖一个还在被读的块"),
+    "p_parity_per_block": ("the parity flips every block instead of every lap", "奇偶性每个块翻转一次，而不是每圈一次"),
+    "p_parity_per_block_why": ("a slot's barrier completes one phase per lap around the ring, so the parity to wait "
+                               "for is that of the lap, j // stages, not of j",
+                               "一个槽的 barrier 每绕环一圈才完成一个阶段，所以要等的奇偶性是圈数 j // stages 的，"
+                               "不是 j 的"),
+    "p_waits_ready": ("waits on the ready barrier instead of the empty one", "等的是 ready barrier，而不是 empty"),
+    "p_waits_ready_why": ("ready[s] says a load has landed (the consumers wait on it); the producer waits on "
+                          "empty[s], which says the consumers are done with the slot",
+                          "ready[s] 表示加载已经落地（消费者等它）；生产者要等的是 empty[s]，"
+                          "它表示消费者已经用完这个槽"),
+    "p_signals_empty": ("the load arrives on the empty barrier", "加载完成时到达的是 empty barrier"),
+    "p_signals_empty_why": ("tma_load(block, slot, bar) arrives on `bar` when the data lands: that must be "
+                            "ring.ready[s], the barrier the consumer waits on",
+                            "tma_load(block, slot, bar) 在数据落地时到达 `bar`：它必须是 ring.ready[s]，也就是消费者"
+                            "在等的那个 barrier"),
+    "p_one_slot": ("every block goes to slot 0", "所有块都放进了槽 0"),
+    "p_one_slot_why": ("block j lives in slot j % stages: the ring is what lets loads run ahead of the consumer",
+                       "块 j 放在槽 j % stages：正是环形缓冲区让加载能跑在消费者前面"),
+    # bug models of the ping-pong consumer
+    "c_no_turns": ("no turns at all", "根本没有轮转"),
+    "c_no_turns_why": ("without the turn barriers both groups issue their products at the same moment, share the "
+                       "tensor cores and then do their softmax together, in lockstep",
+                       "没有轮转 barrier，两个 group 会在同一时刻发出乘法、平分 tensor core，然后又一起做 softmax，"
+                       "步调完全一致"),
+    "c_both_start": ("both groups take the first turn", "两个 group 都拿到了第一个轮次"),
+    "c_both_start_why": ("a fresh barrier passes a wait for parity 1 at once: group 0 must wait for ((j & 1) ^ 1) "
+                         "so that it starts, group 1 for (j & 1) so that it waits for group 0's first hand-over",
+                         "新的 barrier 会让奇偶性为 1 的等待立即通过：group 0 要等 ((j & 1) ^ 1)，这样它先开始；"
+                         "group 1 要等 (j & 1)，这样它会等 group 0 第一次交出轮次"),
+    "c_hand_early": ("the turn is handed over before the products finish", "乘法还没完成就交出了轮次"),
+    "c_hand_early_why": ("in this model products in flight together share the tensor cores: hand the turn over "
+                         "after mma_wait(), when yours are done",
+                         "在这个模型里，同时在跑的乘法会平分 tensor core：等 mma_wait() 之后、"
+                         "你的乘法做完了再交出轮次"),
+    "c_hold_softmax": ("the turn is held through the softmax", "做 softmax 时还攥着轮次"),
+    "c_hold_softmax_why": ("the whole point is that one group's softmax runs while the other group's products use "
+                           "the tensor cores: hand the turn over before the softmax",
+                           "关键就在于一个 group 做 softmax 的同时，另一个 group 的乘法在用 tensor core：要在 softmax "
+                           "之前交出轮次"),
+    "c_self_turn": ("the turn is handed to itself", "轮次交给了自己"),
+    "c_self_turn_why": ("group g waits on turns[g] and hands over by arriving on the other group's barrier, "
+                        "turns[1 - g]: arriving on your own lets you run again and leaves the other group waiting",
+                        "group g 在 turns[g] 上等待，交出轮次时要到达另一个 group 的 barrier，即 turns[1 - g]："
+                        "到达自己的 barrier 只会让自己接着跑，另一个 group 永远等不到"),
+    "c_release_early": ("the slot is released before the products finish", "乘法还没完成就释放了槽"),
+    "c_release_early_why": ("arrive on ring.empty[s] only after mma_wait(): until then the tensor cores are still "
+                            "reading the slot",
+                            "要在 mma_wait() 之后才到达 ring.empty[s]：在那之前 tensor core 还在读这个槽"),
+    "c_no_release": ("the slot is never released", "从来没有释放槽"),
+    "c_no_release_why": ("each consumer arrives once on ring.empty[s] per block it read, or the producer waits forever",
+                         "每个消费者每读完一个块，都要在 ring.empty[s] 上到达一次，否则生产者会永远等下去"),
+})
+
+CASES = catalogue("exercises.hopper.cases", {
+    "random": ("{stages} slot(s), {n} block(s), random timings", "{stages} 个槽，{n} 个块，随机时长"),
+    "slow_consumer": ("{stages} slot(s), {n} block(s), fast loads, slow consumer",
+                      "{stages} 个槽，{n} 个块，加载快、消费者慢"),
+    "slow_loads": ("{stages} slot(s), {n} block(s), slow loads", "{stages} 个槽，{n} 个块，加载慢"),
+    "steady": ("2 slots, 16 blocks, steady timings: the overlap", "2 个槽，16 个块，固定时长：看重叠"),
+})
+case_name = case_namer(CASES)
+#: the timing presets (grader.pipeline_sim's units) and the jitter of each
+PRESETS = {"random": ({}, 0.6), "slow_consumer": ({"load": 0.1, "mma": 1.0, "softmax": 1.5}, 0.3),
+           "slow_loads": ({"load": 3.0}, 0.3)}
+SCHEDULES = 12  # random schedules per case
+#: the tensor-core occupancy the ping-pong must reach on the steady case (the reference reaches 1.0 there, no
+#: turns 0.67)
+BUSY_MIN = 0.9
+
+
+@dataclass
+class ProtocolCase(Case):
+    stages: int = 2
+    n_blocks: int = 1
+    timing: dict | None = None
+    jitter: float = 0.0
+    seeds: tuple[int, ...] = ()
+    steady: bool = False
+
+
+# ------------------------------------------------------------------------------------------------ partitions
+def _grader_producer(ring, n_blocks):
+    """A correct producer written another way than the notebook's: each empty barrier is pre-arrived once per
+    consumer, so every wait uses the lap's own parity. Drives the ping-pong exercise."""
+    for s in range(ring.stages):
+        for _ in range(ring.empty[s].count):
+            yield arrive(ring.empty[s])
+    for j in range(n_blocks):
+        s = j % ring.stages
+        yield wait(ring.empty[s], (j // ring.stages) & 1)
+        yield tma_load(j, s, ring.ready[s])
+
+
+def _producer_mutant(kind: str):
+    def producer(ring, n_blocks):
+        for j in range(n_blocks):
+            s = 0 if kind == "p_one_slot" else j % ring.stages
+            lap = (j & 1) if kind == "p_parity_per_block" else (j // ring.stages) & 1
+            phase = lap if kind == "p_first_lap" else lap ^ 1
+            if kind == "p_waits_ready":
+                yield wait(ring.ready[s], phase)
+            elif kind != "p_no_wait":
+                yield wait(ring.empty[s], phase)
+            yield tma_load(j, s, ring.empty[s] if kind == "p_signals_empty" else ring.ready[s])
+    return producer
+
+
+def _consumer_mutant(kind: str):
+    def consumer(ring, turns, n_blocks, group):
+        for j in range(n_blocks):
+            s = j % ring.stages
+            yield wait(ring.ready[s], (j // ring.stages) & 1)
+            mine, theirs = turns[group], turns[group] if kind == "c_self_turn" else turns[1 - group]
+            phase = ((j & 1) ^ 1) if kind == "c_both_start" else (j & 1) ^ (1 - group)
+            if kind != "c_no_turns":
+                yield wait(mine, phase)
+            yield mma(s, j)
+            if kind == "c_release_early":
+                yield arrive(ring.empty[s])
+            if kind == "c_hand_early":
+                yield arrive(theirs)
+            yield mma_wait()
+            if kind not in ("c_no_turns", "c_hand_early", "c_hold_softmax"):
+                yield arrive(theirs)
+            if kind not in ("c_release_early", "c_no_release"):
+                yield arrive(ring.empty[s])
+            yield softmax(j)
+            if kind == "c_hold_softmax":
+                yield arrive(theirs)
+    return consumer
+
+
+_reference_consumer = _consumer_mutant("none")  # no mistake: what the steady case's report compares with
+PRODUCER_BUGS = ("p_first_lap", "p_no_wait", "p_parity_per_block", "p_waits_ready", "p_signals_empty", "p_one_slot")
+CONSUMER_BUGS = ("c_no_turns", "c_both_start", "c_hand_early", "c_hold_softmax", "c_self_turn", "c_release_early",
+                 "c_no_release")
+
+
+# ------------------------------------------------------------------------------------------------ exercises
+class _Protocol(Exercise):
+    budget_s = 20.0
+    bugs: tuple[str, ...] = ()
+
+    def run_one(self, fn, case: ProtocolCase, seed: int) -> Trace:
+        raise NotImplementedError
+
+    def mutant(self, kind: str):
+        raise NotImplementedError
+
+    def invoke(self, fn, args, kwargs, extra):
+        case = args[0]
+        return [self.run_one(fn, case, seed) for seed in case.seeds]
+
+    def call_case(self, name, stages, n, timing_key, gen, steady=False):
+        timing, jitter = ({}, 0.0) if steady else PRESETS[timing_key]
+        seeds = (0,) if steady else tuple(draw_int(gen, 0, 2 ** 31 - 1) for _ in range(SCHEDULES))
+        case = ProtocolCase(name=name, stages=stages, n_blocks=n, timing=timing, jitter=jitter, seeds=seeds,
+                            steady=steady)
+        case.args = (case,)
+        return case
+
+    def repeat_builder(self, builders):
+        return None  # no tensors to cache by: every case draws its own schedules
+
+    def judge(self, out, case: ProtocolCase, res, device) -> bool:
+        if not isinstance(out, list) or not all(isinstance(t, Trace) for t in out):
+            res.problems.append(T("not_traces", got=type(out).__name__))
+            return False
+        for k, (trace, seed) in enumerate(zip(out, case.seeds), 1):
+            what = self.problem(trace)
+            if what is None:
+                continue
+            res.problems.append(T("schedule", k=k, n=len(case.seeds), seed=seed, jitter=case.jitter, what=what))
+            res.hints += self.looks_like(trace, case, seed)
+            return False
+        return self.judge_overlap(out, case, res)
+
+    def problem(self, trace: Trace) -> str | None:
+        return None if trace.ok else trace.describe()
+
+    def failure_key(self, trace: Trace) -> tuple:
+        return trace.signature()
+
+    def judge_overlap(self, out, case, res) -> bool:
+        return True
+
+    def looks_like(self, trace: Trace, case: ProtocolCase, seed: int) -> list[str]:
+        found = []
+        for kind in self.bugs:
+            other = self.run_one(self.mutant(kind), case, seed)
+            if self.problem(other) is not None and self.failure_key(other) == self.failure_key(trace):
+                found.append(diagnosis.T("looks_like", name=T(kind), why=T(f"{kind}_why")))
+        return found
+
+
+class KvProducer(_Protocol):
+    """producer(ring, n_blocks): loads blocks 0 … n_blocks − 1 into the ring, against the worked-example consumer."""
+    bugs = PRODUCER_BUGS
+
+    def run_one(self, fn, case, seed):
+        return run_ring(fn, ring_consumer, stages=case.stages, n_blocks=case.n_blocks, seed=seed,
+                        jitter=case.jitter, timing=case.timing)
+
+    def mutant(self, kind):
+        return _producer_mutant(kind)
+
+    def case_builders(self, env):
+        specs = [(1, 1, "random"), (1, 4, "slow_consumer"), (2, 2, "random"), (2, 5, "slow_consumer"),
+                 (2, 9, "slow_loads"), (3, 7, "random"), (3, 16, "slow_consumer"), (4, 16, "random"),
+                 (4, 3, "slow_loads")]
+        return [lambda gen, s=s: self.call_case(case_name(s[2], stages=s[0], n=s[1]), *s, gen)
+                for s in specs]
+
+
+class PingpongConsumer(_Protocol):
+    """pingpong_consumer(ring, turns, n_blocks, group): two of them (group 0 and 1) share the ring and take turns
+    on the tensor cores; judged for correctness on random schedules, then for overlap on steady timings."""
+    bugs = CONSUMER_BUGS
+
+    def run_one(self, fn, case, seed):
+        return run_pingpong(_grader_producer, fn, stages=case.stages, n_blocks=case.n_blocks, seed=seed,
+                            jitter=case.jitter, timing=case.timing)
+
+    def mutant(self, kind):
+        return _consumer_mutant(kind)
+
+    def problem(self, trace):
+        if not trace.ok:
+            return trace.describe()
+        hit = trace.products_overlap()
+        if hit is not None:
+            return T("overlap", t=hit[0], a=actor_label(hit[1]), b=actor_label(hit[2]))
+        return None
+
+    def failure_key(self, trace):
+        """An overlap is told by how often it happens: at the start only, or all along."""
+        if not trace.ok or trace.products_overlap() is None:
+            return trace.signature()
+        spans = [(iv.start, iv.end, iv.actor) for iv in trace.intervals if iv.kind == "mma"]
+        shared = sum(any(b != a and s2 < e - 1e-9 and s < e2 - 1e-9 for s2, e2, b in spans) for s, e, a in spans)
+        return ("overlap", "all along" if shared > len(spans) // 2 else "at times")  # not shown
+
+    def judge_overlap(self, out, case, res):
+        if not case.steady:
+            return True
+        busy = out[0].tensor_core_busy()
+        if busy >= BUSY_MIN:
+            return True
+        ref = self.run_one(_reference_consumer, case, 0).tensor_core_busy()
+        res.problems.append(T("busy", busy=busy, want=BUSY_MIN, ref=ref))
+        for kind in self.bugs:
+            other = self.run_one(self.mutant(kind), case, 0)
+            if other.ok and other.products_overlap() is None and abs(other.tensor_core_busy() - busy) < 0.02:
+                res.hints.append(diagnosis.T("looks_like", name=T(kind), why=T(f"{kind}_why")))
+        return False
+
+    def case_builders(self, env):
+        specs = [(2, 1, "random"), (2, 2, "random"), (2, 7, "slow_consumer"), (3, 16, "random"),
+                 (2, 9, "slow_loads"), (4, 5, "random")]
+        builders = [lambda gen, s=s: self.call_case(case_name(s[2], stages=s[0], n=s[1]), *s, gen)
+                    for s in specs]
+        builders.append(lambda gen: self.call_case(case_name("steady"), 2, 16, "random", gen, steady=True))
+        return builders
+
+
+EXERCISES = [
+    KvProducer("kv_producer", T.later("title_producer"), "11_hopper_gluon", "producer", "producer(ring, n_blocks)"),
+    PingpongConsumer("pingpong_consumer", T.later("title_pingpong"), "11_hopper_gluon", "pingpong_consumer",
+                     "pingpong_consumer(ring, turns, n_blocks, group)"),
+]
