@@ -152,7 +152,7 @@ T = catalogue("visuals", {
     "tl_mma": ("products on the tensor cores", "tensor core 上的乘法"),
     "tl_softmax": ("softmax on the CUDA cores", "CUDA core 上的 softmax"),
     "tl_blocked": ("waiting", "等待"),
-    "tl_tensor_cores": ("tensor cores", "tensor core"),
+    "tl_tensor_cores": ("tensor cores", "tensor core 单元"),
     "tl_producer": ("producer", "生产者"),
     "tl_time": ("time (one unit: one group's products of one K/V block, alone on the tensor cores)",
                 "时间（一个单位：一个 group 独占 tensor core 时做完一个 K/V 块的乘法）"),
@@ -1174,5 +1174,5 @@ def pipeline_timeline(*runs, titles: list[str] | None = None):
         axes[-1].set_xlabel(pt(T, "tl_time"))
         from matplotlib.patches import Patch
         handles = [Patch(color=_TL_COLOURS[k], label=pt(T, f"tl_{k}")) for k in ("load", "mma", "softmax", "blocked")]
-        fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+        fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8, frameon=False)  # not shown
     return _static(fig)

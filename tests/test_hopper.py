@@ -1,0 +1,172 @@
+"""Notebook 11 (Hopper's pipeline protocol): the simulator's rules, the reference solutions, correct protocols
+written other ways, and the bug models (each must fail, and the report must name it)."""
+
+from __future__ import annotations
+
+import pytest
+
+import grader
+from grader import pipeline_sim as sim
+from grader.exercises import get, hopper
+from grader.notebooks import export_source, load_source, solutions_dir
+from grader.pipeline_sim import arrive, mma, mma_wait, ring_consumer, softmax, tma_load, wait
+
+grader.setup(quiet=True)
+NOTEBOOK = solutions_dir() / "11_hopper_gluon.ipynb"
+
+
+def solution(exercise_id: str):
+    return getattr(load_source(export_source(NOTEBOOK), "copy_of_11_hopper_gluon"), get(exercise_id).function)
+
+
+def check(exercise_id: str, fn, seed: int = 0, **kw):
+    return grader.check(exercise_id, fn, quiet=True, record=False, seed=seed, **kw)
+
+
+def texts(result) -> str:
+    return "\n".join(p for c in result.cases for p in [*c.problems, *c.hints])
+
+
+# ---- the simulator ------------------------------------------------------------------------------------------------
+def test_a_fresh_barrier_passes_parity_1_and_blocks_parity_0():
+    bar = sim.Barrier("b", count=2)
+    assert bar.passes(1) and not bar.passes(0)
+    bar.arrive()
+    assert not bar.passes(0) and bar.completed == 0
+    bar.arrive()
+    assert bar.completed == 1 and bar.passes(0) and not bar.passes(1)
+
+
+def test_a_consumer_that_never_waits_reads_a_block_still_loading():
+    def eager(ring, n):
+        for j in range(n):
+            s = j % ring.stages
+            yield mma(s, j)
+            yield mma_wait()
+            yield arrive(ring.empty[s])
+
+    trace = sim.run_ring(solution("kv_producer"), eager, stages=2, n_blocks=3)
+    assert trace.outcome == "stale" and trace.detail["block"] == 0
+    assert "still loading" in trace.describe()
+
+
+def test_a_deadlock_names_every_waiter_and_its_barrier():
+    def reads_one(ring, n):  # waits for block 0, then stops without releasing the slot
+        yield wait(ring.ready[0], 0)
+
+    trace = sim.run_ring(solution("kv_producer"), reads_one, stages=1, n_blocks=2)
+    assert trace.outcome == "deadlock"
+    text = trace.describe()
+    assert "the producer waits on empty[0] for phase parity 0" in text and "consumer 0" not in text  # it finished
+
+
+def test_timing_and_schedules_do_not_change_a_correct_protocols_outcome():
+    prod, cons = solution("kv_producer"), solution("pingpong_consumer")
+    for seed in range(30):
+        for stages in (1, 2, 3):
+            t = sim.run_ring(prod, ring_consumer, stages=stages, n_blocks=7, seed=seed, jitter=0.9)
+            assert t.ok, t.describe()
+            if stages > 1:
+                t = sim.run_pingpong(prod, cons, stages=stages, n_blocks=7, seed=seed, jitter=0.9)
+                assert t.ok and t.products_overlap() is None, t.describe()
+
+
+def test_the_model_gives_what_the_notebook_says():
+    """The numbers notebook 11's text quotes (section 3 and 4), from the model itself."""
+    prod, cons = solution("kv_producer"), solution("pingpong_consumer")
+    times = [sim.run_ring(prod, ring_consumer, stages=s, n_blocks=8, timing={"load": 2.5}).time for s in (1, 2, 3, 4)]
+    assert [round(t, 1) for t in times] == [28.5, 16.1, 14.7, 14.7]
+
+    def lockstep(ring, turns, n, g):
+        yield from ring_consumer(ring, n)
+    slow = sim.run_pingpong(prod, lockstep, stages=2, n_blocks=8)
+    fast = sim.run_pingpong(prod, cons, stages=2, n_blocks=8)
+    assert round(slow.time) == 25 and round(fast.time) == 17
+    assert 0.6 < slow.tensor_core_busy() < 0.7 and fast.tensor_core_busy() > 0.99
+
+
+@pytest.mark.parametrize("bad, words", [
+    (lambda ring, n: None, "not a generator"),
+    (lambda ring, n: (x for x in [42]), "yielded 42"),
+    (lambda ring, n: (x for x in [wait("ready", 0)]), "needs a barrier"),
+    (lambda ring, n: (x for x in [wait(ring.empty[0], 2)]), "0 or 1"),
+    (lambda ring, n: (x for x in [tma_load(0, 5, ring.ready[0])]), "slot 5 does not exist"),
+])
+def test_malformed_partitions_fail_with_a_sentence(bad, words):
+    result = check("kv_producer", bad)
+    assert not result.passed and words in texts(result)
+
+
+def test_an_endless_generator_is_stopped_and_said_so():
+    def forever(ring, n):
+        while True:
+            yield arrive(ring.empty[0])
+
+    result = check("kv_producer", forever)
+    assert not result.passed and "endless loop" in texts(result)
+
+
+def test_an_exception_in_the_learners_partition_is_a_failed_case():
+    def broken(ring, n):
+        yield wait(ring.empty[0], 1)
+        raise IndexError("oops")
+
+    result = check("kv_producer", broken)
+    assert not result.passed and "IndexError" in texts(result)
+
+
+def test_a_todo_stub_is_not_attempted():
+    def stub(ring, n):
+        raise NotImplementedError("TODO: the producer")
+
+    result = check("kv_producer", stub)
+    assert all(c.status == "NOT ATTEMPTED" for c in result.cases)
+
+
+# ---- the reference, and other correct protocols -------------------------------------------------------------------
+@pytest.mark.parametrize("exercise_id", ["kv_producer", "pingpong_consumer"])
+def test_the_reference_passes(exercise_id):
+    for seed in (0, 1, 2):
+        result = check(exercise_id, solution(exercise_id), seed=seed)
+        assert result.passed, texts(result)
+
+
+def test_a_producer_that_pre_arrives_the_empty_barriers_is_also_right():
+    assert check("kv_producer", hopper._grader_producer).passed
+
+
+def test_turn_barriers_with_their_roles_swapped_are_also_right():
+    def swapped(ring, turns, n, g):  # waits on the other's barrier, arrives on its own: a consistent renaming
+        for j in range(n):
+            s = j % ring.stages
+            yield wait(ring.ready[s], (j // ring.stages) & 1)
+            yield wait(turns[1 - g], (j & 1) ^ (1 - g))
+            yield mma(s, j)
+            yield mma_wait()
+            yield arrive(turns[g])
+            yield arrive(ring.empty[s])
+            yield softmax(j)
+
+    assert check("pingpong_consumer", swapped).passed
+
+
+# ---- bug models -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", hopper.PRODUCER_BUGS)
+def test_each_producer_mistake_fails_and_is_named(kind):
+    result = check("kv_producer", hopper._producer_mutant(kind))
+    assert not result.passed
+    assert str(hopper.T(kind)) in texts(result), texts(result)
+
+
+@pytest.mark.parametrize("kind", hopper.CONSUMER_BUGS)
+def test_each_consumer_mistake_fails_and_is_named(kind):
+    result = check("pingpong_consumer", hopper._consumer_mutant(kind))
+    assert not result.passed
+    assert str(hopper.T(kind)) in texts(result), texts(result)
+
+
+def test_the_steady_case_states_the_occupancy_it_asks_for():
+    result = check("pingpong_consumer", hopper._consumer_mutant("c_hold_softmax"))
+    failed = [c for c in result.cases if not c.passed]
+    assert [c.name for c in failed] == ["2 slots, 16 blocks, steady timings: the overlap"]
+    assert "at least 90%" in failed[0].problems[0]
