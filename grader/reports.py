@@ -112,6 +112,14 @@ def _row(c: CaseResult) -> tuple[str, ...]:
             _tol(c.tol), mark(c.status))
 
 
+def _shown_columns(cases: list[CaseResult]) -> list[int]:
+    """The columns of headings()/_row() worth a place: a measurement column empty in every case (an exercise
+    judged without tensors: shapes, dtype, errors, tolerance all '-') is left out."""
+    rows = [_row(c) for c in cases]
+    return [i for i in range(len(_COLUMNS) + 1)
+            if i in (0, 1, len(_COLUMNS)) or any(row[i] not in ("", "-") for row in rows)]
+
+
 def indices(ns: list[int]) -> str:
     """"1–6, 8–16, 18": runs of three or more consecutive indices as a range, never one that skips an index."""
     ns = sorted(set(ns))
@@ -162,7 +170,9 @@ def _header(r: CheckResult) -> list[str]:
 @_in_its_language
 def format_check(r: CheckResult) -> str:
     # The name goes last, whole and unpadded, so that one long name does not stretch the other columns.
-    rows = [row[:1] + row[2:] + row[1:2] for row in (headings(), *(_row(c) for c in r.cases))]
+    keep = _shown_columns(r.cases)
+    rows = [[row[i] for i in keep] for row in (headings(), *(_row(c) for c in r.cases))]
+    rows = [row[:1] + row[2:] + row[1:2] for row in rows]
     widths = [max(width(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [*_header(r), ""]
     if _overall(r) != "NOT ATTEMPTED":  # a table of nothing but TODO rows says less than the one line below
@@ -212,12 +222,13 @@ def _mark_html(status: str, text: str | None = None) -> str:
     return f'<b style="color:{_COLOUR[status]}">{escape(text or mark(status))}</b>'
 
 
-def _table_html(cases: list[CaseResult], problems: bool = False) -> str:
-    names = headings() + ((T("col_wrong"),) if problems else ())
+def _table_html(cases: list[CaseResult], keep: list[int], problems: bool = False) -> str:
+    names = [headings()[i] for i in keep] + ([T("col_wrong")] if problems else [])
     head = "".join(f'<th style="text-align:left">{escape(h)}</th>' for h in names)
     rows = []
     for c in cases:
-        cells = "".join(f'<td style="text-align:left">{escape(cell)}</td>' for cell in _row(c)[:-1])
+        row = _row(c)
+        cells = "".join(f'<td style="text-align:left">{escape(row[i])}</td>' for i in keep[:-1])
         cells += f"<td>{_mark_html(c.status)}</td>"
         if problems:
             cells += '<td style="text-align:left">' + "<br>".join(escape(str(p)) for p in c.problems) + "</td>"
@@ -245,11 +256,11 @@ def format_html(r: CheckResult) -> str:
         problems = dict.fromkeys(str(p) for c in failing for p in c.problems)
         out.append('<ul style="margin:.2em 0">' + "".join(f"<li>{escape(p)}</li>" for p in problems) + "</ul>")
     elif failing:
-        out.append(_table_html(failing, problems=True))
+        out.append(_table_html(failing, _shown_columns(r.cases), problems=True))
     passing = [c for c in r.cases if c.status == "PASS"]
     if passing:
         summary = T("labelled", label=escape(_cases([c.index for c in passing])), text=_mark_html("PASS"))
-        out.append(f"<details><summary>{summary}</summary>{_table_html(passing)}</details>")
+        out.append(f"<details><summary>{summary}</summary>{_table_html(passing, _shown_columns(r.cases))}</details>")
     return '<div class="fa-course-report">' + "".join(out) + "</div>"
 
 
