@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# What the next GPU session runs first, in three device calls of under 10 minutes each (NOTES.md, "Next on the
+# GPU", says why and what each should show). Written 2026-12-01 without a GPU; nothing here has run yet.
+#
+#   device run, carry [".whl"]:  bash results/h200/next_gpu_session.sh A     (Gluon checks, varlen TMA check)
+#                                bash results/h200/next_gpu_session.sh B     (Gluon and varlen benchmarks)
+#                                bash results/h200/next_gpu_session.sh C     (suite --backward, speed case, nbval)
+#
+# Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
+# hang) costs that step's budget only and the logs of the others still come back.
+set -uo pipefail
+part=${1:?part A, B or C}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+
+step() {  # step NAME SECONDS COMMAND...: run it under a timeout, log to $OUT/NAME.log, never stop the script
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name (limit ${limit}s): $*" | tee "$OUT/$name.log"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >>"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/$name.log"
+}
+
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cudnn',
+torch.backends.cudnn.version())"; date -u; } >"$OUT/versions.txt" 2>&1
+
+G=results/h200/gluon_fa_hopper_2026-12-01.py
+case $part in
+  A)
+    step gluon_check1 120 python3 $G --check --steps 1
+    step gluon_check2 120 python3 $G --check --steps 2
+    step gluon_check3 150 python3 $G --check --steps 3
+    step varlen_tma_check 120 python3 results/h200/varlen_tma_2026-12-01.py --check
+    ;;
+  B)
+    step gluon_bench 330 python3 $G --bench --fp16-only --ns 4096,16384 --variants
+    step varlen_bench 200 python3 results/h200/decode_2026-12-01.py --sections varlen \
+      --kernels results/h200/varlen_tma_2026-12-01.py --out "$OUT/varlen_tma.json"
+    ;;
+  C)
+    step suite_backward 300 python3 -m grader.tools.suite --backward --sizes 1024,4096,16384 --dims 128 \
+      --dtypes fp16 --out "$OUT/backward-suite"
+    step speed_case 150 python3 results/h200/speed_case_2026-12-01.py ref slow cached
+    step nbval_08_11 100 python3 -m pytest -q --nbval-lax notebooks/08_performance.ipynb notebooks/11_hopper_gluon.ipynb
+    ;;
+  *) echo "part must be A, B or C" >&2; exit 2 ;;
+esac
