@@ -11,7 +11,7 @@ from .messages import catalogue
 from .tolerances import tolerance
 
 T = catalogue("diagnosis", {
-    "runs_of": ("{ranges} of 0–{last}", "0–{last} 中的 {ranges}"),
+    "runs_of": ("{ranges} (of 0–{last})", "0–{last} 中的 {ranges}"),
     "positions": ("{n} positions", "{n} 个"),
     "periodic": ("{what} of every {p}, from 0 to {last} (look at what depends on the position inside a block)",
                  "0 到 {last} 之间，每 {p} 个位置中的 {what}（看看哪些计算依赖于块内的位置）"),
@@ -63,8 +63,10 @@ def pattern(idx: list[int], n: int, max_runs: int = 4) -> str | None:
     return None  # scattered: no pattern worth a line
 
 
-def close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, slack: float = 1.0) -> torch.Tensor:
-    atol, rtol = (slack * t for t in tolerance(dtype))
+def close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, slack: float = 1.0,
+          tol: tuple[float, float] | None = None) -> torch.Tensor:
+    """Elementwise |out − ref| <= atol + rtol·|ref| at dtype's tolerance (or `tol`), times `slack`."""
+    atol, rtol = (slack * t for t in (tol or tolerance(dtype)))
     out = out.detach().to(torch.float64).cpu()
     ref = ref.to(torch.float64).cpu()
     both_inf = torch.isinf(out) & torch.isinf(ref) & (torch.sign(out) == torch.sign(ref))
@@ -104,14 +106,26 @@ def last_block_hint(bad: torch.Tensor, n: int, axis: int, what: str) -> str | No
 
 
 # ------------------------------------------------------------------------------ matching simulated bugs
-def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: Sequence[BugModel]) -> list[str]:
-    """The bugs whose simulation agrees with the output wherever the output disagrees with the right answer.
+#: a bug model is named only where its simulation accounts for most of the error: the deviation of the output
+#: from the simulation at most this fraction of its deviation from the right answer (root mean square, over the
+#: elements that are wrong); and of several models, only those close to the best one are named
+EXPLAINS = 0.3
+NEAR_BEST = 2.0
+
+
+def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: Sequence[BugModel],
+               tol: tuple[float, float] | None = None) -> list[str]:
+    """The bugs whose simulation agrees with the output wherever the output disagrees with the right answer, and
+    accounts for most of its error there (a simulation near the right answer "agrees" with any small error).
 
     (A kernel's bug need not show everywhere its fp64 simulation does: a causal off-by-one is invisible in rows
     whose extra key lies past the loop's end, say. Those elements are simply right.)
     """
-    wrong = ~close(out, ref, dtype)
-    found = []
+    wrong = ~close(out, ref, dtype, tol=tol)
+    if not bool(wrong.any()):
+        return []
+    out64, ref64 = out.detach().to(torch.float64).cpu(), ref.to(torch.float64).cpu()
+    scored: list[tuple[float, str]] = []
     for bug in bugs:
         try:
             alt = bug.simulate()
@@ -120,9 +134,22 @@ def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: S
         if alt.shape != out.shape:
             continue
         # a buggy kernel also rounds differently from the fp64 simulation of its bug: allow 8× the tolerance
-        explained = close(out, alt, dtype, slack=8.0)
-        if bool(explained[wrong].all()) and bool(wrong.any()):
-            found.append(T("looks_like", name=bug.name, why=bug.why))
+        explained = close(out, alt, dtype, slack=8.0, tol=tol)
+        if not bool(explained[wrong].all()):
+            continue
+        alt64 = alt.detach().to(torch.float64).cpu()
+        finite = wrong & torch.isfinite(out64) & torch.isfinite(alt64) & torch.isfinite(ref64)
+        if bool(finite.any()):
+            off_ref = float((out64 - ref64)[finite].norm())
+            ratio = float((out64 - alt64)[finite].norm()) / off_ref if off_ref > 0 else 0.0
+        else:
+            ratio = 0.0  # wrong only where it is not finite, exactly where the simulation is not either
+        if ratio <= EXPLAINS:
+            scored.append((ratio, T("looks_like", name=bug.name, why=bug.why)))
+    if not scored:
+        return []
+    best = min(r for r, _ in scored)
+    found = [text for r, text in scored if r <= max(NEAR_BEST * best, 1e-3)]
     return list(dict.fromkeys(found))  # one bug simulated at several block sizes is one finding
 
 

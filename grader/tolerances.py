@@ -27,6 +27,29 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return TOLERANCES[dtype]
 
 
+# ------------------------------------------------------------------------------ notebooks 02 and 04: softmax
+#: dtype -> (atol, rtol) for softmax probabilities and running sums (safe_softmax, online_softmax, row_softmax,
+#: merge_softmax_states). No matrix product is involved, so nothing admits TF32, and the values are relative
+#: quantities (a probability is about 1/N): the general bounds' atol of 5e-3 would pass an fp32 softmax of 1000
+#: columns that drops a column per block (every probability off by ~1 %). A correct implementation's error is
+#: relative: exp is accurate to a few ulp even for tiny results, a row sum of N terms adds ~log2(N) ulp, and an fp16
+#: or bf16 output is rounded once. Hence rtol ≈ 4 units of the output's roundoff for fp16 and bf16, 100 ulp-sized
+#: units for fp32 (on a GPU tl.exp is ex2.approx of x·log2 e, whose rounding grows with |x|: ~4e-6 relative at
+#: x = -100), and an atol only for what underflows (fp16 subnormals are 6e-8 apart). Calibration: the reference
+#: solutions on the interpreter, 20 seeds (tests/test_tolerances.py, 2026-12-01): fp32 ≤ 0.005 of these bounds,
+#: fp16 ≤ 0.28, fp64 ≤ 0.001. Not yet run on a GPU (row_softmax there: tl.exp's error, above, is ≤ 0.05 of fp32's).
+SOFTMAX_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-12, 1e-9),
+    torch.float32: (1e-30, 1e-4),
+    torch.float16: (1e-7, 2e-3),  # unit roundoff 4.9e-4
+    torch.bfloat16: (1e-30, 1.6e-2),  # unit roundoff 3.9e-3
+}
+
+
+def softmax_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return SOFTMAX_TOLERANCES[dtype]
+
+
 # ------------------------------------------------------------------------------ notebook 09: the backward pass
 #: dtype -> (a, r) for gradients (dq, dk, dv): an element g passes when
 #:

@@ -108,9 +108,30 @@ def test_new_bug_models_name_kernel_mutants(old, new, named):
     assert not r.passed and f"looks like: {named}" in str(r), str(r)
 
 
+def _softmax_dim0(x):
+    z = x.float() - x.float().amax(dim=0, keepdim=True)
+    return (torch.exp(z) / torch.exp(z).sum(dim=0, keepdim=True)).to(x.dtype)
+
+
 def test_softmax_over_the_wrong_axis_is_named():
-    r = grader.check("safe_softmax", lambda x: torch.softmax(x, dim=0), quiet=True)
+    r = grader.check("safe_softmax", _softmax_dim0, quiet=True)
     assert "looks like: reduced along the wrong axis" in str(r), str(r)
+
+
+@pytest.mark.parametrize("call", [lambda x: torch.softmax(x.float(), -1).to(x.dtype),
+                                  lambda x: x.float().softmax(-1).to(x.dtype),
+                                  lambda x: torch.nn.functional.softmax(x.float(), dim=-1).to(x.dtype),
+                                  lambda x: torch.exp(x.float() - x.float().logsumexp(-1, keepdim=True)).to(x.dtype)])
+def test_pytorchs_own_softmax_does_not_pass_the_softmax_exercises(call):
+    r = grader.check("safe_softmax", call, quiet=True, record=False)
+    assert not r.passed and all("PyTorch's" in c.problems[0] for c in r.cases), str(r)
+    r = grader.check("online_softmax", lambda x, block_size=128: call(x), quiet=True, record=False)
+    assert not r.passed
+
+
+def test_the_forbidden_calls_are_only_recorded_inside_the_learners_call():
+    r = grader.check("safe_softmax", grader.reference("safe_softmax"), quiet=True)
+    assert r.passed, str(r)
 
 
 def test_fp16_overflow_hint_quotes_fp16s_limit():
@@ -132,7 +153,7 @@ def test_index_patterns_are_described_not_truncated():
     every_other_block = [i for i in range(512) if (i // 32) % 2]
     text = diagnosis.pattern(every_other_block, 512)
     assert "of every 64" in text and "more ranges" not in text
-    assert diagnosis.pattern([3, 4, 5, 90], 100) == "3–5, 90 of 0–99"
+    assert diagnosis.pattern([3, 4, 5, 90], 100) == "3–5, 90 (of 0–99)"
     assert diagnosis.pattern([1, 7, 20, 33, 34, 61, 88], 100) is None  # scattered: nothing worth saying
 
 
@@ -289,3 +310,18 @@ def test_the_reference_is_not_available_inside_a_graded_call():
     assert not r.passed and "not available inside a function being graded" in str(r)
     assert grader.reference("naive_attention") is ref  # one object per exercise: its id() is never reused
     assert ref(*[torch.randn(1, 1, 4, 8) for _ in range(3)]).shape == (1, 1, 4, 8)  # outside a graded call it works
+
+
+def test_an_online_softmax_that_reduces_whole_rows_fails_and_says_why():
+    def two_pass(x, block_size=128):
+        xf = x.float()
+        m = xf.amax(-1)  # the whole row at once: not online
+        total = sum(torch.exp(xf[..., s:s + block_size] - m[..., None]).sum(-1)
+                    for s in range(0, xf.shape[-1], block_size))
+        return (torch.exp(xf - m[..., None]) / total[..., None]).to(x.dtype)
+
+    r = grader.check("online_softmax", two_pass, quiet=True, record=False)
+    failed = [c for c in r.cases if not c.passed]
+    assert failed and all("one block at a time" in c.problems[0] for c in failed), str(r)
+    assert all(c.passed for c in r.cases if "multi-block" not in c.tags)  # a row within one block may be whole
+    assert not r.hints, r.hints  # no "only the multi-block cases fail" hint about a call it may not make

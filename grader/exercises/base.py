@@ -23,7 +23,7 @@ import torch
 from .. import diagnosis
 from ..environment import Environment
 from ..messages import CATALOGUE, Text, case_names, catalogue, fields
-from ..safety import Guarded, guarded_copy, inverse_perm
+from ..safety import ForbiddenCall, Guarded, RecordCalls, forbidden_message, guarded_copy, inverse_perm
 from ..tolerances import tolerance
 
 T = catalogue("exercises.base", {
@@ -186,6 +186,9 @@ class Exercise:
     budget_s: float = 60.0
     #: keep the learner's passing code where later notebooks look for it (grader.notebooks.keep_passing_code)
     keep_on_pass: bool = False
+    #: torch functions (and Tensor methods) of these names the learner must not call: what the exercise asks them
+    #: to write (its TODO says so); a call fails the case
+    forbidden: tuple[str, ...] = ()
 
     def __init__(self, id: str, title: Text | str, notebook: str, function: str, signature: str) -> None:
         self.id, self.title, self.notebook, self.function, self.signature = id, title, notebook, function, signature
@@ -209,7 +212,13 @@ class Exercise:
         """What one case runs of the learner's code; its value is what `judge` gets. Override when a case runs
         more than the call (autograd: the backward too). Runs in the learner's process, so it must not need the
         answer."""
-        return fn(*args, **kwargs)
+        if not self.forbidden:
+            return fn(*args, **kwargs)
+        with RecordCalls(self.forbidden) as calls:
+            value = fn(*args, **kwargs)
+        if calls.called:
+            raise ForbiddenCall(forbidden_message(calls.called))
+        return value
 
     def make_cases(self, env: Environment, gen: torch.Generator) -> list[Case]:
         """Every case of one run (tests and calibration use this; grader.check builds them one at a time)."""
@@ -244,6 +253,10 @@ class Exercise:
         names = {2: (rows, columns), 3: (T("axis_dim", i=0), rows, columns), 1: (T("axis_elements"),)}
         return names.get(ref.dim(), tuple(T("axis_dim", i=i) for i in range(ref.dim())))
 
+    def tolerance_for(self, case: Case) -> tuple[float, float]:
+        """(atol, rtol) of the case's outputs: the dtype's, unless the exercise's quantity has its own."""
+        return tolerance(case.dtype)
+
     def diagnose(self, out64: torch.Tensor, case: Case, wrong: torch.Tensor) -> list[str]:
         """Hints for an output that is wrong at `wrong`: where, and which simulated bug explains it."""
         return []
@@ -263,18 +276,18 @@ class Exercise:
         finite_ref = torch.isfinite(ref64)
         bad_nonfinite = ~torch.isfinite(out64) & finite_ref
         diff = (out64 - ref64).abs().where(finite_ref, torch.zeros_like(out64))
-        res.tol = tolerance(case.dtype)
+        res.tol = self.tolerance_for(case)
         both = finite_ref & torch.isfinite(out64)
         res.max_abs = float(diff[both].max()) if both.any() else float("nan")
         denom = float(ref64[finite_ref].norm()) if finite_ref.any() else 0.0
         res.rel_err = float(diff[both].norm()) / denom if denom > 0 else None
-        ok = diagnosis.close(out64, ref64, case.dtype)
+        ok = diagnosis.close(out64, ref64, case.dtype, tol=res.tol)
         allowed = res.tol[0] + res.tol[1] * ref64.abs()
         res.ratio = float((diff / allowed)[both].max()) if both.any() else None
         if bad_nonfinite.any():
             n = int(bad_nonfinite.sum())
             kind = "NaN" if torch.isnan(out64).any() else "Inf"
-            res.max_abs = float("nan")
+            res.max_abs = res.rel_err = float("nan") if kind == "NaN" else float("inf")  # not the finite part's
             spots = diagnosis.where(bad_nonfinite, axis_names)
             res.problems.append(T("nonfinite_at", label=label, n=n, kind=kind, spots=T("list_sep").join(spots))
                                 if spots else T("nonfinite", label=label, n=n, kind=kind))
@@ -290,12 +303,14 @@ class Exercise:
         return not bad_nonfinite.any()
 
 
-def with_inputs(case: Case, *, guard: bool = False, **tensors: torch.Tensor) -> Case:
+def with_inputs(case: Case, *, guard: bool = False, layouts: dict[str, tuple[int, ...]] | None = None,
+                **tensors: torch.Tensor) -> Case:
     """Hand the learner copies of `tensors` (positional, before case.args), inside NaN guard regions when `guard`,
-    and watch them for in-place writes."""
+    and watch them for in-place writes. `layouts`: name -> perm, for a tensor laid out as t.permute(perm) in
+    memory (non-contiguous, same values)."""
     placed = {}
     for name, t in tensors.items():
-        placed[name], guards = place(t, name, guard)
+        placed[name], guards = place(t, name, guard, (layouts or {}).get(name))
         case.guards += guards
     case.args = tuple(placed.values()) + case.args
     case.inputs = placed

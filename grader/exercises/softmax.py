@@ -8,6 +8,8 @@ import torch
 
 from .. import diagnosis, oracle
 from ..messages import catalogue
+from ..safety import ForbiddenCall, RecordCalls
+from ..tolerances import softmax_tolerance
 from .base import BugModel, Case, Exercise, case_namer, dtype_tag, randn, with_inputs
 
 T = catalogue("exercises.softmax", {
@@ -35,6 +37,20 @@ T = catalogue("exercises.softmax", {
     "bug_old_max": ("exponentials against the old max", "指数用了旧的最大值"),
     "bug_old_max_why": ("a block's exponentials used the max from before that block; use the updated max",
                         "一个块的指数用的是这个块之前的最大值；应该用更新后的最大值"),
+    "whole_row": ("your function applies {names} to {n} columns at once, more than block_size = {bs}: an online "
+                  "softmax sees one block at a time (and the final pass is elementwise: exp(x − m) / l)",
+                  "你的函数一次对 {n} 列做了 {names}，超过了 block_size = {bs}：在线 softmax 一次只看一个块"
+                  "（最后那一遍是逐元素的：exp(x − m) / l）"),
+    "bug_alpha_inverted": ("rescale factor inverted", "缩放因子取反了"),
+    "bug_alpha_inverted_why": ("alpha = exp(m_old − m_new) is at most 1 and shrinks the old sum; exp(m_new − m_old) "
+                               "grows it, and on the first block (m_old = −∞) gives ∞ · 0 = NaN",
+                               "alpha = exp(m_old − m_new) 不超过 1，用来缩小旧的和；写成 exp(m_new − m_old) 反而"
+                               "会放大它，第一个块上（m_old = −∞）还会得到 ∞ · 0 = NaN"),
+    "bug_max_not_kept": ("running max never updated", "运行最大值从没更新"),
+    "bug_max_not_kept_why": ("after each block, m = m_new: with m left at −∞, every block is rescaled as if it were "
+                             "the first, and the final exp(x − m) overflows",
+                             "每处理完一个块都要 m = m_new：m 一直停在 −∞，每个块都会被当成第一个块来缩放，"
+                             "最后的 exp(x − m) 也会上溢"),
     # -- hints: "only cases tagged T fail"
     "safe_large": ("only the large-magnitude cases fail: subtract each row's max before exp",
                    "只有大数值用例未通过：exp 之前先减去每行的最大值"),
@@ -65,6 +81,10 @@ T = catalogue("exercises.softmax", {
                     "all-empty case explicitly (e.g. use 0 instead of -inf as the reference max)",
                     "只有某一侧为空（m = -inf, l = 0）的用例未通过：-inf − (-inf) 是 NaN，所以两侧都为空的情况要单独"
                     "处理（比如参考最大值用 0 代替 -inf）"),
+    "merge_fp16": ("only the fp16 states fail: compute in compute_dtype(m1) (fp32 for fp16) and cast both results "
+                   "back to m1.dtype",
+                   "只有 fp16 状态的用例未通过：用 compute_dtype(m1) 计算（fp16 时是 fp32），"
+                   "再把两个结果都转回 m1.dtype"),
     "merge_large": ("only the large-magnitude case fails: rescale each sum by exp(m_side − m) with m the larger max, "
                     "never exp(m_side) on its own",
                     "只有大数值用例未通过：每个和都乘上 exp(m_side − m) 来重新缩放，m 取两者中较大的那个最大值；"
@@ -98,6 +118,7 @@ CASES = catalogue("exercises.softmax.cases", {
     "large_1e3": ("large magnitude (x·1e3)", "大数值（x·1e3）"),
     "one_empty": ("one side empty (m = -inf, l = 0)", "一侧为空（m = -inf, l = 0）"),
     "both_empty": ("both sides empty", "两侧都为空"),
+    "fp16_states": ("fp16 states", "fp16 状态"),
 })
 case_name = case_namer(CASES)
 
@@ -126,16 +147,17 @@ def _softmax_case(env, gen, name, shape, dtype, magnitude=1.0, tags=(), block_si
     return with_inputs(case, x=x)
 
 
-def _online(x: torch.Tensor, block: int, *, rescale=True, exp_max="new") -> torch.Tensor:
+def _online(x: torch.Tensor, block: int, *, rescale=True, exp_max="new", inverted=False,
+            keep_max=True) -> torch.Tensor:
     """fp64 online softmax over blocks of the last dim, with switches for the classic mistakes."""
     m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
     l_ = torch.zeros(x.shape[:-1], dtype=x.dtype)
     for j in range(0, x.shape[-1], block):
         b = x[..., j:j + block]
         m_new = torch.maximum(m, b.amax(-1))
-        alpha = torch.exp(m - m_new)
+        alpha = torch.exp(m_new - m) if inverted else torch.exp(m - m_new)
         l_ = (l_ * alpha if rescale else l_) + torch.exp(b - (m_new if exp_max == "new" else m)[..., None]).sum(-1)
-        m = m_new
+        m = m_new if keep_max else m
     return torch.exp(x - m[..., None]) / l_[..., None]
 
 
@@ -153,6 +175,9 @@ def row_softmax_bugs(case: SoftmaxCase) -> list[BugModel]:
 class SoftmaxExercise(Exercise):
     budget_s = 30.0
 
+    def tolerance_for(self, case: Case) -> tuple[float, float]:
+        return softmax_tolerance(case.dtype)
+
     def nonfinite_hint(self, case: Case) -> str:
         return overflow_hint(case) if "large" in case.tags else super().nonfinite_hint(case)
 
@@ -160,10 +185,11 @@ class SoftmaxExercise(Exercise):
         return row_softmax_bugs(case)
 
     def diagnose(self, out64, case: SoftmaxCase, wrong) -> list[str]:
-        return diagnosis.match_bugs(out64, case.expected, case.dtype, self.bugs(case))
+        return diagnosis.match_bugs(out64, case.expected, case.dtype, self.bugs(case), tol=self.tolerance_for(case))
 
 
 class SafeSoftmax(SoftmaxExercise):
+    forbidden = ("softmax", "log_softmax", "_softmax", "logsumexp")
     hint_texts = {"large": T.later("safe_large"), "neg-inf": T.later("safe_neg_inf"),
                   "dtype:float16": T.later("safe_fp16"), "dtype:float64": T.later("safe_fp64")}
 
@@ -182,6 +208,25 @@ class SafeSoftmax(SoftmaxExercise):
 
 
 class OnlineSoftmax(SoftmaxExercise):
+    forbidden = ("softmax", "log_softmax", "_softmax", "logsumexp")
+    #: reductions that must only ever see one block of a row
+    reductions = ("amax", "max", "sum", "logsumexp", "cumsum", "mean", "softmax")
+
+    def invoke(self, fn, args, kwargs, extra):
+        block = kwargs.get("block_size", 128)
+        widths: list[int] = []
+
+        def too_wide(a, k):
+            t = a[0] if a and isinstance(a[0], torch.Tensor) else None
+            if t is not None and t.dim() and t.shape[-1] > block:
+                widths.append(int(t.shape[-1]))
+                return True
+            return False
+        with RecordCalls(self.reductions, where=too_wide) as calls:
+            value = super().invoke(fn, args, kwargs, extra)
+        if calls.called:
+            raise ForbiddenCall(T("whole_row", names=", ".join(calls.called), n=max(widths), bs=block))
+        return value
     hint_texts = {"multi-block": T.later("online_multi_block"), "ragged": T.later("online_ragged"),
                   "large": T.later("online_large"), "dtype:float16": T.later("online_fp16")}
 
@@ -191,7 +236,10 @@ class OnlineSoftmax(SoftmaxExercise):
         if x.shape[-1] > bs:
             bugs += [BugModel(T("bug_l_not_rescaled"), T("bug_l_not_rescaled_why"),
                               lambda: _online(x, bs, rescale=False)),
-                     BugModel(T("bug_old_max"), T("bug_old_max_why"), lambda: _online(x, bs, exp_max="old"))]
+                     BugModel(T("bug_old_max"), T("bug_old_max_why"), lambda: _online(x, bs, exp_max="old")),
+                     BugModel(T("bug_alpha_inverted"), T("bug_alpha_inverted_why"),
+                              lambda: _online(x, bs, inverted=True))]
+        bugs.append(BugModel(T("bug_max_not_kept"), T("bug_max_not_kept_why"), lambda: _online(x, bs, keep_max=False)))
         return bugs
 
     def case_builders(self, env):
@@ -218,7 +266,11 @@ class MergeCase(Case):
 
 class MergeSoftmaxStates(Exercise):
     budget_s = 30.0
-    hint_texts = {"empty": T.later("merge_empty"), "large": T.later("merge_large")}
+
+    def tolerance_for(self, case: Case) -> tuple[float, float]:
+        return softmax_tolerance(case.dtype)
+    hint_texts = {"empty": T.later("merge_empty"), "large": T.later("merge_large"),
+                  "dtype:float16": T.later("merge_fp16")}
 
     def judge(self, out, case: MergeCase, res, device) -> bool:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
@@ -233,19 +285,19 @@ class MergeSoftmaxStates(Exercise):
         return []
 
     def case_builders(self, env):
-        def make(name, draw, tags=()):
+        def make(name, draw, tags=(), dtype=torch.float32):
             def build(gen):
                 x1, x2 = draw(gen)
                 m1, l1 = oracle.softmax_state(x1)
                 m2, l2 = oracle.softmax_state(x2)
-                tensors = {"m1": m1.float().to(env.device), "l1": l1.float().to(env.device),
-                           "m2": m2.float().to(env.device), "l2": l2.float().to(env.device)}
+                tensors = {"m1": m1.to(dtype).to(env.device), "l1": l1.to(dtype).to(env.device),
+                           "m2": m2.to(dtype).to(env.device), "l2": l2.to(dtype).to(env.device)}
                 # the state of the concatenated row, from the fp32 states the learner receives
                 t = {k: v.double().cpu() for k, v in tensors.items()}
                 mm = torch.maximum(t["m1"], t["m2"])
                 safe = torch.where(torch.isinf(mm), torch.zeros_like(mm), mm)
                 ll = t["l1"] * torch.exp(t["m1"] - safe) + t["l2"] * torch.exp(t["m2"] - safe)
-                case = MergeCase(name=name, expected=(mm, ll), dtype=torch.float32,
+                case = MergeCase(name=name, expected=(mm, ll), dtype=dtype,
                                  shapes=T("states_shape", shape=tuple(m1.shape)), tags=frozenset(tags), states=t)
                 return with_inputs(case, **tensors)
             return build
@@ -258,6 +310,8 @@ class MergeSoftmaxStates(Exercise):
             make(case_name("large_1e3"), lambda gen: (g(gen, 4, 40, s=1e3), g(gen, 4, 40, s=1e3)), {"large"}),
             make(case_name("one_empty"), lambda gen: (g(gen, 3, 0), g(gen, 3, 25)), {"empty"}),
             make(case_name("both_empty"), lambda gen: (g(gen, 2, 0), g(gen, 2, 0)), {"empty"}),
+            make(case_name("fp16_states"), lambda gen: (g(gen, 6, 30), g(gen, 6, 20)), {"dtype:float16"},
+                 dtype=torch.float16),
         ]
 
 
