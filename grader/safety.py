@@ -85,6 +85,10 @@ T = catalogue("safety", {
                    "GPU 报告了一个错误，多半是你的 kernel 里有越界访问（{error}）。当前 CUDA 上下文已经不可用："
                    "先修好 mask，再重启 kernel（Kernel → Restart）。"),
     "raised": ("your function raised {error}", "你的函数抛出了异常：{error}"),
+    "forbidden": ("your function calls PyTorch's {names}: this exercise is about computing it yourself (its TODO "
+                  "says so), so PyTorch's result does not count",
+                  "你的函数调用了 PyTorch 自带的 {names}：这个练习要你自己把它算出来（TODO 里写明了），"
+                  "用 PyTorch 现成的结果不算数"),
     "stopped_after": ("stopped after {budget:g} s: the case ran past its time budget. An endless loop (a loop bound "
                       "that never ends, a pointer that never advances) is the usual cause.",
                       "{budget:g} s 后被停止：这个用例超出了时间预算。常见原因是死循环（循环边界永远达不到、"
@@ -641,7 +645,7 @@ def in_learner_call() -> bool:
 class Outcome:
     value: Any = None
     error: BaseException | None = None
-    kind: str = "ok"  # ok | not_attempted | exception | timeout | out_of_bounds | cuda_error
+    kind: str = "ok"  # ok | not_attempted | exception | forbidden | timeout | out_of_bounds | cuda_error
     message: str = ""
     seconds: float = 0.0
     guard_writes: list[str] = field(default_factory=list)
@@ -700,8 +704,36 @@ def _describe(e: BaseException) -> str:
     return text + (T("in_kernel") if inner is not e else "")
 
 
+class ForbiddenCall(Exception):
+    """The learner's function called a torch function its exercise asks them to write (Exercise.forbidden); the
+    message is the report's sentence."""
+
+
+def forbidden_message(names: list[str]) -> str:
+    return T("forbidden", names=", ".join(names))
+
+
+class RecordCalls(torch.overrides.TorchFunctionMode):
+    """Notes which of the torch functions and Tensor methods named `names` are called (only those calls for which
+    `where(args, kwargs)` holds, when given), and lets every call run."""
+
+    def __init__(self, names: tuple[str, ...], where: Callable[[tuple, dict], bool] | None = None) -> None:
+        super().__init__()
+        self.names, self.where, self.called = set(names), where, []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in self.names and name not in self.called and (self.where is None or self.where(args, kwargs)):
+            self.called.append(name)
+        return func(*args, **kwargs)
+
+
 def classify(e: BaseException) -> tuple[str, str]:
     chain = list(_chain(e))
+    for link in chain:
+        if isinstance(link, ForbiddenCall):
+            return "forbidden", str(link)
     if any(isinstance(link, CaseTimeout) for link in chain):
         return "timeout", T("timeout")
     todo = _todo(e)
