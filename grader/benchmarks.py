@@ -61,7 +61,7 @@ T = catalogue("benchmarks", {
                      "{exercise} 没有基准测试：这个练习考的是正确性，不是速度。"),
     "interpreter": ("benchmark skipped: running on the {env}. The interpreter executes kernels one program at a time "
                     "in NumPy, so its timings say nothing about a GPU. Run this notebook on a GPU to see the plot.",
-                    "跳过基准测试：当前运行在 {env} 上。解释器用 NumPy 一次只执行一个 program，它的耗时说明不了 GPU "
+                    "跳过基准测试：当前环境是{env}。解释器用 NumPy 一次只执行一个 program，它的耗时说明不了 GPU "
                     "上的性能。在 GPU 上运行这个 notebook 才能看到图。"),
     "no_reference": ("(reference solution unavailable: {error})", "（参考实现不可用：{error}）"),
     "provider_failed": ("  {provider}: {why}", "  {provider}：{why}"),

@@ -30,6 +30,7 @@ T = catalogue("reports", {
     "col_wrong": ("what is wrong", "问题所在"),
     "case_one": ("case {n}", "用例 {n}"),
     "case_many": ("cases {ns}", "用例 {ns}"),
+    "index_sep": (", ", "、"),
     "hint": ("hint", "提示"),
     "hint_of": ("hint ({cases})", "提示（{cases}）"),
     "labelled": ("{label}: {text}", "{label}：{text}"),
@@ -130,7 +131,7 @@ def indices(ns: list[int]) -> str:
             j += 1
         parts += [f"{ns[i]}–{ns[j]}"] if j - i >= 2 else [str(n) for n in ns[i:j + 1]]
         i = j + 1
-    return ", ".join(parts)
+    return T("index_sep").join(parts)
 
 
 def _cases(ns: list[int]) -> str:

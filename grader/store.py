@@ -130,7 +130,10 @@ def _rows() -> tuple[list[tuple[str, str, str, str, str]], int, int]:
         done += e["passed"]
         best = _describe({**e["best"], "status": None})
         status = T("passed", best=best) if e["passed"] else T("not_passed", best=best)
-        rows.append((ex.id, ex.notebook, "✓" if e["passed"] else "✗", status, _describe(e["last"])))
+        last = e["last"]
+        if last.get("where") == e["best"].get("where"):  # said once, in the best run's column
+            last = {**last, "where": None}
+        rows.append((ex.id, ex.notebook, "✓" if e["passed"] else "✗", status, _describe(last)))
     return rows, done, len(EXERCISES)
 
 
