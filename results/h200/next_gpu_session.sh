@@ -4,12 +4,13 @@
 #
 #   device run, carry [".whl"]:  bash results/h200/next_gpu_session.sh A     (Gluon checks, varlen TMA check)
 #                                bash results/h200/next_gpu_session.sh B     (Gluon and varlen benchmarks)
-#                                bash results/h200/next_gpu_session.sh C     (suite --backward, speed case, nbval)
+#                                bash results/h200/next_gpu_session.sh C     (suite --backward, speed case, proton)
+#                                bash results/h200/next_gpu_session.sh D     (nbval of notebooks 08 and 11, if time is left)
 #
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A, B or C}
+part=${1:?part A, B, C or D}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -48,10 +49,13 @@ case $part in
       --kernels results/h200/varlen_tma_2026-12-01.py --out "$OUT/varlen_tma.json"
     ;;
   C)
-    step suite_backward 300 python3 -m grader.tools.suite --backward --sizes 1024,4096,16384 --dims 128 \
+    step suite_backward 280 python3 -m grader.tools.suite --backward --sizes 1024,4096,16384 --dims 128 \
       --dtypes fp16 --out "$OUT/backward-suite"
     step speed_case 150 python3 results/h200/speed_case_2026-12-01.py ref slow cached
-    step nbval_08_11 100 python3 -m pytest -q --nbval-lax notebooks/08_performance.ipynb notebooks/11_hopper_gluon.ipynb
+    step proton_exp2 100 python3 results/h200/proton_exp2_2026-12-01.py --out "$OUT/proton"
     ;;
-  *) echo "part must be A, B or C" >&2; exit 2 ;;
+  D)
+    step nbval_08_11 500 python3 -m pytest -q --nbval-lax notebooks/08_performance.ipynb notebooks/11_hopper_gluon.ipynb
+    ;;
+  *) echo "part must be A, B, C or D" >&2; exit 2 ;;
 esac
