@@ -626,6 +626,7 @@ def install_launch_counter() -> bool:
         original = cls.run
 
         def run(self, *args, _original=original, **kwargs):
+            __tracebackhide__ = True  # IPython leaves this frame out of a learner's traceback  # noqa: F841
             if not kwargs.get("warmup") and getattr(_calls, "launches", None) is not None:
                 _calls.launches += 1
             return _original(self, *args, **kwargs)
