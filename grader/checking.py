@@ -46,6 +46,8 @@ T = catalogue("checking", {
                   "出现 CUDA 错误后停止：GPU 上下文已无法再运行后续用例"),
     "not_callable": ("grader.check expects the function {signature}, got {got}",
                      "grader.check 需要传入函数 {signature}，传入的却是 {got}"),
+    "simulated": ("grader.pipeline_sim (a model of a Hopper SM: the same on every machine)",
+                  "grader.pipeline_sim（Hopper SM 的模型：在哪台机器上跑都一样）"),
     "kept": ("your passing code is kept in {path} (later notebooks grade it from there)",
              "你通过的代码已保存到 {path}（后面的 notebook 会从那里读取并评测）"),
 })
@@ -234,7 +236,7 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
     env = environment.detect()
     ex = exercises.get(exercise_id)
     seed = _seed(seed)
-    result = CheckResult(ex.id, str(ex.title), env.label, seed, [])
+    result = CheckResult(ex.id, str(ex.title), T("simulated") if ex.simulated else env.label, seed, [])
     result.notes += notebooks.provenance_notes(fn, ex)
     if not callable(fn):
         result.cases.append(CaseResult(1, "argument", "", "-", "FAIL",

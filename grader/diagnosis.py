@@ -111,6 +111,9 @@ def last_block_hint(bad: torch.Tensor, n: int, axis: int, what: str) -> str | No
 #: elements that are wrong); and of several models, only those close to the best one are named
 EXPLAINS = 0.3
 NEAR_BEST = 2.0
+#: ... and not where its simulation would be wrong in far more places than the output is (a bug may show in fewer
+#: places than its simulation, but one wrong row is no evidence for a mistake that would spoil every row)
+MAX_SPREAD = 8.0
 
 
 def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: Sequence[BugModel],
@@ -125,7 +128,7 @@ def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: S
     if not bool(wrong.any()):
         return []
     out64, ref64 = out.detach().to(torch.float64).cpu(), ref.to(torch.float64).cpu()
-    scored: list[tuple[float, str]] = []
+    scored: list[tuple[float, BugModel]] = []
     for bug in bugs:
         try:
             alt = bug.simulate()
@@ -138,27 +141,39 @@ def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: S
         if not bool(explained[wrong].all()):
             continue
         alt64 = alt.detach().to(torch.float64).cpu()
+        if int((~close(alt64, ref64, dtype, tol=tol)).sum()) > MAX_SPREAD * int(wrong.sum()):
+            continue
         finite = wrong & torch.isfinite(out64) & torch.isfinite(alt64) & torch.isfinite(ref64)
-        if bool(finite.any()):
+        if 2 * int(finite.sum()) >= int(wrong.sum()):  # most of the evidence finite
             off_ref = float((out64 - ref64)[finite].norm())
             ratio = float((out64 - alt64)[finite].norm()) / off_ref if off_ref > 0 else 0.0
-        else:
-            ratio = 0.0  # wrong only where it is not finite, exactly where the simulation is not either
-        if ratio <= EXPLAINS:
-            scored.append((ratio, T("looks_like", name=bug.name, why=bug.why)))
+            if ratio <= EXPLAINS:
+                scored.append((ratio, bug))
+        elif bool((torch.isfinite(out64) == torch.isfinite(alt64)).all()):
+            # wrong only where it is not finite: evidence only if the simulation is non-finite at exactly the same
+            # elements of the whole output (NaN in some rows is what a great many mistakes give)
+            scored.append((0.0, bug))
     if not scored:
         return []
-    best = min(r for r, _ in scored)
-    found = [text for r, text in scored if r <= max(NEAR_BEST * best, 1e-3)]
-    return list(dict.fromkeys(found))  # one bug simulated at several block sizes is one finding
+    scored.sort(key=lambda rb: rb[0])  # best first
+    best = scored[0][0]
+    # one bug simulated at several block sizes (or told two ways) is one finding, with its best explanation
+    first: dict[str, BugModel] = {}
+    for r, b in scored:
+        if r <= max(NEAR_BEST * best, 1e-3):
+            first.setdefault(str(b.name), b)
+    return [T("looks_like", name=b.name, why=b.why) for b in first.values()]
 
 
 def batch_head_hint(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> str | None:
     """Every (b, h) slice equal to slice (0, 0)'s answer: the program ignored its batch/head offsets."""
     if out.dim() != 4 or out.shape[0] * out.shape[1] < 2:
         return None
-    ok = close(out, ref, dtype).flatten(2).all(-1)
+    close_all = close(out, ref, dtype).flatten(2)
+    ok = close_all.all(-1)
     if ok.all() or not ok[0, 0]:
+        return None
+    if float((~close_all[~ok]).float().mean()) < 0.5:  # wrong offsets spoil whole slices, not a few elements of one
         return None
     first = ref[0, 0]
     if bool(close(out, first.expand_as(out), dtype).all()):

@@ -43,6 +43,10 @@ T = catalogue("pipeline_sim", {
     "ok": ("finished: {n} blocks loaded and read by every consumer, in {t:.2f} time units",
            "顺利完成：{n} 个块全部加载，每个消费者都按顺序读到了，用时 {t:.2f} 个时间单位"),
     "deadlock": ("deadlock at t = {t:.2f}: nobody can move. {who}", "t = {t:.2f} 时死锁：谁都动不了了。{who}"),
+    "loaded_so_far": (" The producer had started loads of blocks {blocks}: they go 0, 1, 2, … in order, each once.",
+                      "生产者此前发起加载的块是 {blocks}：应当按 0, 1, 2, … 的顺序，每块一次。"),
+    "loaded_too_many": (" The producer had started {n} loads for {n_blocks} blocks.",
+                        "生产者一共发起了 {n} 次加载，而块只有 {n_blocks} 个。"),
     "blocked_on": ("{actor} waits on {bar} for phase parity {phase} ({bar} has completed {done} phase(s); "
                    "{arrived} of {count} arrival(s) in the current one)",
                    "{actor} 在 {bar} 上等待奇偶性为 {phase} 的阶段（{bar} 已完成 {done} 个阶段；当前阶段已到达 "
@@ -193,6 +197,9 @@ class Trace:
     intervals: list[Interval] = field(default_factory=list)
     loads: list[int] = field(default_factory=list)
     reads: dict[str, list[int]] = field(default_factory=dict)
+    #: every operation as it ran: (actor, kind, barrier name or None, phase, slot, block, t, products in flight,
+    #: phases the barrier had completed when a wait passed) — what exercise-specific diagnoses read
+    log: list[tuple] = field(default_factory=list)
     n_blocks: int = 0
 
     @property
@@ -242,7 +249,12 @@ class Trace:
         if self.outcome == "deadlock":
             who = "; ".join(T("blocked_mma", actor=actor_label(b["actor"])) if b.get("bar") is None else
                             T("blocked_on", **{**b, "actor": actor_label(b["actor"])}) for b in self.detail["blocked"])
-            return T("deadlock", t=self.time, who=who)
+            text = T("deadlock", t=self.time, who=who)
+            if len(self.loads) > self.n_blocks:
+                text += T("loaded_too_many", n=len(self.loads), n_blocks=self.n_blocks)
+            elif self.loads != list(range(len(self.loads))):
+                text += T("loaded_so_far", blocks=", ".join(map(str, self.loads)))
+            return text
         if self.outcome == "stale":
             held = self.detail.get("held")
             d["held"] = (T("held_nothing") if held is None else
@@ -324,6 +336,8 @@ def simulate(partitions: list[tuple[str, Any]], ring: Ring, n_blocks: int, *, ti
                 if not a.bar.passes(a.phase):
                     return moved
                 trace.intervals.append(Interval(a.name, "blocked", a.since, t)) if t > a.since else None
+                trace.log.append((a.name, "passed", a.bar.name, a.phase, None, None, t, len(a.outstanding),
+                                  a.bar.completed))
                 a.state = "run"
             elif a.state == "mma_wait":
                 if a.outstanding:
@@ -343,6 +357,8 @@ def simulate(partitions: list[tuple[str, Any]], ring: Ring, n_blocks: int, *, ti
                 fail("too_long", n=budget)
             if not isinstance(op, Op):
                 fail("bad_op", actor=a.name, got=repr(op)[:80])
+            bar_name = op.bar.name if isinstance(op.bar, Barrier) else None
+            trace.log.append((a.name, op.kind, bar_name, op.phase, op.slot, op.block, t, len(a.outstanding), None))
             if op.kind == "wait":
                 check_bar(a, op, "wait")
                 if op.phase not in (0, 1) or isinstance(op.phase, bool):
@@ -434,6 +450,9 @@ def simulate(partitions: list[tuple[str, Any]], ring: Ring, n_blocks: int, *, ti
                 ld["bar"].arrive()
     except _Stop:
         trace.time = t
+        for a in actors:  # the waits it ended in, for the timeline
+            if a.state in ("wait", "mma_wait") and t > a.since:
+                trace.intervals.append(Interval(a.name, "blocked", a.since, t))
         return trace
     trace.time = t
     expected = list(range(n_blocks))

@@ -72,6 +72,8 @@ T = catalogue("safety", {
                   "或者偏移用错了步长（stride）。"),
     "allocated": ("a tensor allocated inside your function ({shape}, {dtype})",
                   "你的函数内部分配的一个张量（{shape}，{dtype}）"),
+    "raised_where": (" (line {line} of {where}: {code})", "（{where} 第 {line} 行：{code}）"),
+    "raised_where_cell": ("your cell", "你的单元格"),
     "in_kernel": (" (in a Triton kernel)", "（发生在 Triton kernel 中）"),
     "timeout": ("stopped: the case ran past its time budget.", "已停止：这个用例超出了时间预算。"),
     "not_attempted": ("not attempted yet: {todo}", "尚未作答：{todo}"),
@@ -696,6 +698,27 @@ def _todo(e: BaseException) -> str | None:
     return None
 
 
+def _learner_line(e: BaseException) -> str:
+    """Where in the learner's own code `e` was raised (the last frame outside the grader, Python, torch and
+    triton): ' (line 7 of your cell: x = y[3])', or '' where that is not known."""
+    import linecache
+    import traceback
+
+    grader_dir = os.path.dirname(os.path.abspath(__file__))
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not os.path.abspath(f.filename).startswith(grader_dir)
+              and "site-packages" not in f.filename and "/lib/python" not in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    code = (f.line or linecache.getline(f.filename, f.lineno)).strip()
+    if not code:
+        return ""
+    cell = "ipykernel" in f.filename or f.filename.startswith("<")
+    where = T("raised_where_cell") if cell else os.path.basename(f.filename)
+    return T("raised_where", line=f.lineno, where=where, code=code[:120])
+
+
 def _describe(e: BaseException) -> str:
     """`Type: message` of the error itself, looking through the interpreter's InterpreterError wrapper."""
     inner = e
@@ -756,7 +779,7 @@ def classify(e: BaseException) -> tuple[str, str]:
     short = first[0] if first else text
     if len(first) > 1 and "CompilationError" in type(e).__name__:
         short = " ".join(line.strip() for line in first[-3:])
-    return "exception", T("raised", error=short[:600])
+    return "exception", T("raised", error=short[:600]) + _learner_line(e)
 
 
 def raised_prefix() -> str:

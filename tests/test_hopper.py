@@ -170,3 +170,52 @@ def test_the_steady_case_states_the_occupancy_it_asks_for():
     failed = [c for c in result.cases if not c.passed]
     assert [c.name for c in failed] == ["2 slots, 16 blocks, steady timings: the overlap"]
     assert "at least 90%" in failed[0].problems[0]
+
+
+# ---- hints read off the protocol's record (where several mistakes end alike) -------------------------------------
+def _pingpong(kind):
+    def consumer(ring, turns, n, g):
+        for j in range(n):
+            s = j % ring.stages
+            yield wait(ring.ready[s], (j // ring.stages) & 1)
+            yield wait(turns[g], ((j // ring.stages) & 1) ^ (1 - g) if kind == "lap" else (j & 1) ^ (1 - g))
+            yield mma(s, j)
+            if kind == "late_wait":
+                yield arrive(turns[1 - g])
+                yield mma_wait()
+            else:
+                yield mma_wait()
+                yield arrive(turns[1 - g])
+            yield arrive(ring.empty[s])
+            yield softmax(j)
+    return consumer
+
+
+@pytest.mark.parametrize("consumer, words", [
+    (_pingpong("lap"), "flips at every block"),
+    (_pingpong("late_wait"), str(hopper.T("c_hand_early"))),
+    (hopper._consumer_mutant("c_no_turns"), str(hopper.T("c_no_turns"))),
+    (hopper._consumer_mutant("c_both_start"), str(hopper.T("c_both_start"))),
+])
+def test_overlapping_mistakes_are_told_apart(consumer, words):
+    result = check("pingpong_consumer", consumer)
+    hints = {str(h) for c in result.cases for h in c.hints}
+    assert not result.passed and any(words in h for h in hints), hints
+    others = [str(hopper.T(k)) for k in ("c_no_turns", "c_both_start", "c_hand_early") if str(hopper.T(k)) != words]
+    assert not any(o in h for h in hints for o in others), hints  # and only that one
+
+
+def test_a_producer_that_never_loads_or_loads_out_of_order_is_told_so():
+    def never(ring, n):
+        for j in range(n):
+            wait(ring.empty[j % ring.stages], 1)  # made, not yielded
+        yield arrive(ring.empty[0])
+
+    def from_one(ring, n):
+        for j in range(1, n + 1):
+            s = j % ring.stages
+            yield wait(ring.empty[s], ((j // ring.stages) & 1) ^ 1)
+            yield tma_load(j, s, ring.ready[s])
+
+    assert "started no load at all" in texts(check("kv_producer", never))
+    assert "block j is the j-th load" in texts(check("kv_producer", from_one))

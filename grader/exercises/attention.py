@@ -126,6 +126,16 @@ T = catalogue("exercises.attention", {
                         "v.stride() (and the output's)",
                         "kernel 假设内存是连续的 (B, H, N, D) 布局；要把 q.stride()、k.stride()、v.stride()"
                         "（以及输出的步长）传进去并用上"),
+    "bug_v_with_k_strides": ("v read with k's strides", "用 k 的步长去读 v"),
+    "bug_v_with_k_strides_why": ("k and v are separate tensors with layouts of their own: address v with v.stride(), "
+                                 "not with the strides passed for k",
+                                 "k 和 v 是两个独立的张量，各有各的布局：要用 v.stride() 去寻址 v，"
+                                 "而不是用给 k 的步长"),
+    "bug_alpha_inverted": ("rescale factor inverted", "缩放因子取反了"),
+    "bug_alpha_inverted_why": ("alpha = exp(m_old − m_new) is at most 1 and shrinks acc and l; exp(m_new − m_old) "
+                               "grows them, and on the first block (m_old = −∞) gives ∞ · 0 = NaN",
+                               "alpha = exp(m_old − m_new) 不超过 1，用来缩小 acc 和 l；写成 exp(m_new − m_old) "
+                               "反而会放大它们，第一个块上（m_old = −∞）还会得到 ∞ · 0 = NaN"),
     # -- hints: "only cases tagged T fail"
     "hint_causal": ("only causal cases fail: query i sees key j exactly when j ≤ i (top-left, like SDPA's is_causal); "
                     "check the mask and the loop's upper bound",
@@ -141,8 +151,21 @@ T = catalogue("exercises.attention", {
                      "instead of assuming a contiguous layout",
                      "只有 (B, N, H, D) 视图的用例未通过：按张量自己给出的步长（x.stride(i)）来索引，"
                      "不要假设内存是连续的"),
-    "hint_large": ("only the large-magnitude case fails: subtract the (running) max before exp, or exp overflows",
-                   "只有大数值用例未通过：exp 之前先减去（运行）最大值，否则 exp 会上溢"),
+    "hint_mixed_layout": ("only the case whose q, k and v have three different layouts fails: each tensor reports its "
+                          "own strides — pass every one of them (q.stride(), k.stride(), v.stride()) and use each "
+                          "tensor's own",
+                          "只有 q、k、v 三者布局各不相同的用例未通过：每个张量都有自己的步长——把它们全部传进去"
+                          "（q.stride()、k.stride()、v.stride()），并且各用各的"),
+    "hint_one_more_key": ("only the cases with one key more than queries fail: bottom-right, the last query of a "
+                          "block sees keys up to (start_m + 1)·BLOCK_M + N_k − N_q − 1, and with N_k − N_q = 1 that "
+                          "key opens a new K/V block — check the loop's upper bound",
+                          "只有 key 比 query 多一个的用例未通过：右下对齐时，一个块的最后一个 query 能看到的 key "
+                          "一直到 (start_m + 1)·BLOCK_M + N_k − N_q − 1，而 N_k − N_q = 1 时这个 key 正好开启一个新的 "
+                          "K/V 块——检查循环的上界"),
+    "hint_large": ("only the large-magnitude case fails: subtract each query row's own (running) max — the max over "
+                   "its keys, axis 1 of the score tile — before exp, or exp overflows",
+                   "只有大数值用例未通过：exp 之前要减去每个 query 行自己的（运行）最大值——也就是在它的 key "
+                   "上取的最大值，即分数 tile 的第 1 维——否则 exp 会上溢"),
     "hint_multi_block": ("only cases that span several K/V blocks fail: look at what carries from one block to the "
                          "next — when the running max grows, acc and l are both rescaled by alpha = exp(m_old − "
                          "m_new); the exponentials use the new max; acc is divided by l once, after the loop",
@@ -281,10 +304,14 @@ def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=
     else:
         shapes = {"q": (B, H, Nq, D), "k": (B, H_kv, Nk, D), "v": (B, H_kv, Nk, D)}
     drawn = {x: randn(shapes[x], gen, dtype, env.device, magnitude if x != "v" else 1.0) for x in "qkv"}
-    perm = (0, 2, 1, 3) if layout == "bnhd" else None
+    # memory order of each tensor: "bnhd" puts all three in (B, N, H, D) memory; "mixed" gives q, k and v three
+    # different layouts (k (B, N, H, D), v (B, H, D, N)), so that one tensor's strides cannot stand in for another's
+    perms = {"bnhd": dict.fromkeys("qkv", (0, 2, 1, 3)), "mixed": {"q": None, "k": (0, 2, 1, 3), "v": (0, 1, 3, 2)}}
+    perm_of = perms.get(layout, dict.fromkeys("qkv"))
+    perm = perm_of["k"]
     placed, guards = {}, []
     for key, t in drawn.items():
-        placed[key], g = place(t, key, guard, perm)
+        placed[key], g = place(t, key, guard, perm_of[key])
         guards += g
     all_tags = set(tags) | {dtype_tag(dtype)}
     if not two_d:
@@ -294,6 +321,7 @@ def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=
     all_tags |= {"bottom-right"} if causal and causal_align == "bottom_right" else set()
     all_tags |= {"gqa"} if H_kv != H else set()
     all_tags |= {"strided"} if perm else set()
+    all_tags |= {"mixed-layout"} if layout == "mixed" else set()
     all_tags |= {"large"} if magnitude > 1 else set()
     shape_txt = f"q ({Nq}, {D}), k/v ({Nk}, {D})" if two_d else f"q ({B}, {H}, {Nq}, {D}), k/v ({B}, {H_kv}, {Nk}, {D})"
     expected = oracle.attention(drawn["q"], drawn["k"], drawn["v"], sm_scale, causal, align=causal_align)
@@ -325,20 +353,21 @@ def drawn_builder(env: Environment, name: str, draw: Callable[[torch.Generator],
 
 
 # ------------------------------------------------------------------------------------ simulated classic bugs
-def _scores(q, k, scale, causal):
+def _scores(q, k, scale, causal, align="top_left"):
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
-        s = s.masked_fill(~oracle.causal_mask(q.shape[-2], k.shape[-2]), float("-inf"))
+        s = s.masked_fill(~oracle.causal_mask(q.shape[-2], k.shape[-2], align=align), float("-inf"))
     return s
 
 
-def online(q, k, v, scale, block_n, causal, *, rescale_acc=True, rescale_l=True, divide="end", exp_max="new"):
+def online(q, k, v, scale, block_n, causal, *, rescale_acc=True, rescale_l=True, divide="end", exp_max="new",
+           align="top_left", inverted=False):
     """fp64 online-softmax attention over K/V blocks of block_n keys, with switches for the classic mistakes.
 
     divide: "end" (right), "never", "inside" (acc /= l every block, not at the end), "inside+end".
     exp_max: "new" (right) or "old" (p = exp(s − m_old), the max before this block's update).
     """
-    s_all = _scores(q, k, scale, causal)
+    s_all = _scores(q, k, scale, causal, align)
     m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
     l_ = torch.zeros(q.shape[:-1], dtype=q.dtype)
     acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
@@ -347,23 +376,26 @@ def online(q, k, v, scale, block_n, causal, *, rescale_acc=True, rescale_l=True,
         m_new = torch.maximum(m, s.amax(-1))
         m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
         p = torch.exp(s - (m_safe if exp_max == "new" else m)[..., None])
-        alpha = torch.exp(m - m_safe)
+        alpha = torch.exp(m_safe - m) if inverted else torch.exp(m - m_safe)
         l_ = (l_ * alpha if rescale_l else l_) + p.sum(-1)
         acc = (acc * alpha[..., None] if rescale_acc else acc) + p @ v[..., j:j + block_n, :]
         if divide.startswith("inside"):
             acc = acc / l_[..., None]
         m = m_new
-    return acc / l_[..., None] if divide in ("end", "inside+end") else acc
+    if divide in ("end", "inside+end"):  # a row that sees no key (bottom-right, N_q > N_k) is 0, as the oracle's
+        return torch.where(l_[..., None] > 0, acc / l_.clamp_min(1e-300)[..., None], torch.zeros_like(acc))
+    return acc
 
 
-def wrong_axis(q, k, v, scale, block, causal, *, max_axis0=True, sum_axis0=True):
+def wrong_axis(q, k, v, scale, block, causal, *, max_axis0=True, sum_axis0=True, align="top_left"):
     """Square block×block tiles whose row max and/or row sum were reduced over axis 0 (the query axis)."""
     n_q, n_k = q.shape[-2], k.shape[-2]
     pad_q, pad_k = -n_q % block, -n_k % block
     qp = F.pad(q, (0, 0, 0, pad_q))  # zero rows, as a masked load with other=0 gives
     s = (qp @ k.transpose(-1, -2)) * scale
-    if causal:
-        s = s.masked_fill(~oracle.causal_mask(qp.shape[-2], n_k), float("-inf"))
+    if causal:  # the padded query rows sit past the real ones: the alignment shift is the real rows'
+        shift = n_k - n_q if align == "bottom_right" else 0
+        s = s.masked_fill(~oracle.causal_mask(qp.shape[-2], n_k, offset=shift), float("-inf"))
     s = F.pad(s, (0, pad_k), value=float("-inf")).unflatten(-2, (-1, block))  # (..., Q blocks, block, keys)
     vp = F.pad(v, (0, 0, 0, pad_k))
     m = torch.full(s.shape[:-1], float("-inf"), dtype=q.dtype)
@@ -385,24 +417,29 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
     q, k, v = case.f64()
     scale, causal = case.scale, case.causal
     blocks = (case.block_n,) if case.block_n else blocks
+    al = {"align": case.causal_align}  # every simulation masks as the case asks
     bugs = [BugModel(T("bug_no_division"), T("bug_no_division_why"),
-                     lambda: online(q, k, v, scale, 1 << 30, causal, divide="never")),
+                     lambda: online(q, k, v, scale, 1 << 30, causal, divide="never", **al)),
             BugModel(T("bug_old_max"), T("bug_old_max_first_why"),
-                     lambda: online(q, k, v, scale, 1 << 30, causal, exp_max="old"))]
+                     lambda: online(q, k, v, scale, 1 << 30, causal, exp_max="old", **al)),
+            BugModel(T("bug_alpha_inverted"), T("bug_alpha_inverted_why"),
+                     lambda: online(q, k, v, scale, 1 << 30, causal, inverted=True, **al))]
     for bn in blocks:
         if case.n_k <= bn:
             continue
         bugs += [
             BugModel(T("bug_acc_not_rescaled"), T("bug_acc_not_rescaled_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_acc=False)),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_acc=False, **al)),
             BugModel(T("bug_l_not_rescaled"), T("bug_l_not_rescaled_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_l=False)),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_l=False, **al)),
             BugModel(T("bug_divide_inside"), T("bug_divide_inside_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside")),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside", **al)),
             BugModel(T("bug_divide_twice"), T("bug_divide_twice_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside+end")),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside+end", **al)),
             BugModel(T("bug_old_max"), T("bug_old_max_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, exp_max="old")),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, exp_max="old", **al)),
+            BugModel(T("bug_alpha_inverted"), T("bug_alpha_inverted_why"),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, inverted=True, **al)),
         ]
     square = (case.block_m,) if case.block_m and case.block_m == case.block_n else \
         () if case.block_m else tuple(b for b in blocks if b < max(case.n_q, case.n_k) * 2)
@@ -410,7 +447,7 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
         # (a max over the wrong axis alone is harmless but for overflow, which an fp64 simulation does not mimic)
         for which, kw in (("both", {}), ("sum", {"max_axis0": False})):
             bugs.append(BugModel(T(f"bug_wrong_axis_{which}"), T(f"bug_wrong_axis_{which}_why"),
-                                 lambda b=b, kw=kw: wrong_axis(q, k, v, scale, b, causal, **kw)))
+                                 lambda b=b, kw=kw: wrong_axis(q, k, v, scale, b, causal, **kw, **al)))
     return bugs
 
 
@@ -455,6 +492,16 @@ def layout_bugs(case: AttentionCase) -> list[BugModel]:
                   .to(torch.float64).cpu() for x in "qkv"]
             return oracle.attention(*rs, sm_scale=case.scale, causal=case.causal)
         bugs.append(BugModel(T("bug_strides"), T("bug_strides_why"), as_contiguous_memory))
+    if case.layout == "mixed":
+        def v_with_k_strides():
+            pv = case.placed["v"]
+            v_read = torch.as_strided(pv, pv.shape, case.placed["k"].stride()).to(torch.float64).cpu()
+            if q.shape[1] != v_read.shape[1]:
+                v_read = v_read.repeat_interleave(q.shape[1] // v_read.shape[1], 1)
+            return oracle.attention(q, k_full, v_read, sm_scale=case.scale, causal=case.causal,
+                                    align=case.causal_align)
+        _, k_full, _ = case.f64()
+        bugs.append(BugModel(T("bug_v_with_k_strides"), T("bug_v_with_k_strides_why"), v_with_k_strides))
     return bugs
 
 
@@ -465,6 +512,8 @@ HINTS = {  # tag -> hint, rendered when shown
     "ragged": T.later("hint_ragged"),
     "gqa": T.later("hint_gqa"),
     "strided": T.later("hint_strided"),
+    "mixed-layout": T.later("hint_mixed_layout"),
+    "one-more-key": T.later("hint_one_more_key"),
     "large": T.later("hint_large"),
     "multi-block": T.later("hint_multi_block"),
     "scale": T.later("hint_scale"),

@@ -186,6 +186,9 @@ class Exercise:
     budget_s: float = 60.0
     #: keep the learner's passing code where later notebooks look for it (grader.notebooks.keep_passing_code)
     keep_on_pass: bool = False
+    #: the exercise runs in a model of a machine (notebook 11's pipeline simulator): the report does not name the
+    #: machine it was graded on, which changes nothing
+    simulated: bool = False
     #: torch functions (and Tensor methods) of these names the learner must not call: what the exercise asks them
     #: to write (its TODO says so); a call fails the case
     forbidden: tuple[str, ...] = ()

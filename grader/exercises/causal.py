@@ -28,6 +28,10 @@ T = catalogue("exercises.causal", {
                            "like SDPA's is_causal (j ≤ i)",
                            "看起来像：右下对齐（j ≤ i + n_k − n_q）；本课程的掩码是左上对齐，与 SDPA 的 is_causal "
                            "一致（j ≤ i）"),
+    "not_ints": ("returned {got}: the block bounds are indices, so return two Python ints (e.g. int(x) of a float, or "
+                 "x.item() of a one-element integer tensor)",
+                 "返回的是 {got}：块的边界是下标，应当返回两个 Python int（比如对浮点数用 int(x)，"
+                 "对只有一个元素的整数张量用 x.item()）"),
     "returned": ("returned {got}, expected {want}", "返回了 {got}，应为 {want}"),
 })
 
@@ -83,7 +87,10 @@ class KVBlockSplit(Exercise):
     def judge(self, out, case: SplitCase, res, device) -> bool:
         got = tuple(out) if isinstance(out, (tuple, list)) else out
         if got == case.expected:
-            return True
+            if all(isinstance(x, int) and not isinstance(x, bool) for x in got):
+                return True
+            res.problems.append(T("not_ints", got=repr(got)))
+            return False
         res.problems.append(T("returned", got=repr(got), want=repr(case.expected)))
         res.problems += oracle.kv_block_split_problems(case.start_m, case.block_m, case.block_n, case.n_k, got)
         return False

@@ -58,12 +58,16 @@ CASES = catalogue("exercises.flash.cases", {
     "head_dim_96": ("head dim 96, fp32", "头维度 96，fp32"),
     "gqa": ("GQA: 6 heads share 2 K/V heads", "GQA：6 个头共享 2 个 K/V 头"),
     "strided": ("(B, N, H, D) views: non-contiguous strides", "(B, N, H, D) 视图：非连续步长"),
+    "mixed_layouts": ("q, k and v in three different layouts", "q、k、v 三种不同的布局"),
     "br_decode": ("causal bottom-right, 4 queries after 300 keys (decoding)",
                   "因果右下对齐，300 个 key 之后的 4 个 query（解码）"),
     "br_empty_rows": ("causal bottom-right, Nq > Nk: rows that see no key",
                       "因果右下对齐，Nq > Nk：有的行看不到任何 key"),
     "br_gqa_strided": ("causal bottom-right GQA as (B, N, H, D) views", "因果右下对齐的 GQA，(B, N, H, D) 视图"),
     "br_square": ("causal bottom-right, square (the same as top-left)", "因果右下对齐，方阵（与左上对齐相同）"),
+    "br_one_more_key": ("causal bottom-right, one key more than queries", "因果右下对齐，key 比 query 多一个"),
+    "br_one_more_key_ragged": ("causal bottom-right, one key more than queries, ragged",
+                               "因果右下对齐，key 比 query 多一个，长度不整齐"),
     "causal_ragged": ("causal, ragged", "因果，非整块长度"),
     "causal_gqa_strided": ("causal GQA as (B, N, H, D) views", "因果 GQA，(B, N, H, D) 视图"),
     "fp32": ("fp32", "fp32 输入"),
@@ -167,6 +171,7 @@ def full_attention_builders(env, bottom_right: bool = False) -> list[CaseBuilder
         c(case_name("head_dim_96"), Nq=70, Nk=70, D=96, dtype=f32, tags={"ragged", "pad-d"}),
         c(case_name("gqa"), B=2, H=6, H_kv=2, Nq=64, Nk=128, D=32, dtype=f16, tags={"multi-block"}),
         c(case_name("strided"), B=2, H=3, Nq=70, Nk=100, D=64, dtype=f16, layout="bnhd", tags={"ragged"}),
+        c(case_name("mixed_layouts"), B=2, H=2, Nq=64, Nk=80, D=32, dtype=f16, layout="mixed", tags={"ragged"}),
         c(attention_case_name("explicit_scale"), H=2, Nq=64, Nk=128, D=64, dtype=f16, sm_scale=0.07, tags={"scale"}),
         c(attention_case_name("large_scores"), H=2, Nq=64, Nk=192, D=64, dtype=f16, magnitude=10.0,
           tags={"multi-block"}),
@@ -196,6 +201,10 @@ def full_attention_builders(env, bottom_right: bool = False) -> list[CaseBuilder
             c(case_name("br_gqa_strided"), B=2, H=4, H_kv=2, Nq=70, Nk=150, D=64, layout="bnhd",
               tags={"ragged", "multi-block"}, **br),
             c(case_name("br_square"), H=2, Nq=96, Nk=96, D=32, tags={"ragged"}, **br),
+            # N_k − N_q = 1: the last key a query block sees starts a new K/V block whatever BLOCK_N is, so a loop
+            # bound one short drops it
+            c(case_name("br_one_more_key"), H=2, Nq=64, Nk=65, D=32, tags={"ragged", "one-more-key"}, **br),
+            c(case_name("br_one_more_key_ragged"), Nq=100, Nk=101, D=32, tags={"ragged", "one-more-key"}, **br),
         ]
     return cases + bad_argument_builders(env)
 
@@ -215,7 +224,8 @@ class FlashAttention(AttentionExercise):
     triton = True
     keep_on_pass = True  # notebook 07 grades the causal part of this very kernel
     bug_families = (scale_and_mask_bugs, softmax_bugs, layout_bugs)
-    hint_texts = pick("causal", "bottom-right", "ragged", "gqa", "strided", "large", "multi-block", "scale",
+    hint_texts = pick("causal", "bottom-right", "ragged", "gqa", "strided", "mixed-layout", "one-more-key", "large",
+                      "multi-block", "scale",
                       "pad-d", "batch", "heads", "dtype:float16", "dtype:bfloat16", "dtype:float32", "repeat",
                       arguments=T.later("hint_arguments"))
 

@@ -51,8 +51,24 @@ T = catalogue("exercises.hopper", {
                         "通过：第 0 圈等奇偶性 1，之后每圈翻转一次，即 ((j // stages) & 1) ^ 1"),
     "p_no_wait": ("no wait on the empty barrier", "没有等 empty barrier"),
     "p_no_wait_why": ("the producer must not load into a slot until every consumer has released it, or the load "
-                      "overwrites a block that is still being read",
-                      "在所有消费者都释放某个槽之前，生产者不能往里加载，否则会覆盖一个还在被读的块"),
+                      "overwrites a block that is still being read (and an operation that is made but not yielded "
+                      "does nothing: write `yield wait(...)`)",
+                      "在所有消费者都释放某个槽之前，生产者不能往里加载，否则会覆盖一个还在被读的块"
+                      "（而且只创建、不 yield 的操作什么也不做：要写 `yield wait(...)`）"),
+    # what the protocol's own record shows (read from the trace, not simulated)
+    "s_no_load": ("the producer started no load at all: each block needs `yield tma_load(j, s, ring.ready[s])` (an "
+                  "operation that is made but not yielded does nothing)",
+                  "生产者一次加载都没有发起：每个块都需要 `yield tma_load(j, s, ring.ready[s])`"
+                  "（只创建、不 yield 的操作什么也不做）"),
+    "s_wrong_bar": ("the load of block {block} into slot {slot} arrives on {bar} when it lands, but the consumer waits "
+                    "for slot {slot} on ready[{slot}]",
+                    "块 {block} 加载进槽 {slot}，落地时到达的是 {bar}，但消费者等待槽 {slot} 时等的是 ready[{slot}]"),
+    "s_load_order": ("the producer's loads were of blocks {blocks}: block j is the j-th load, from 0 to n_blocks − 1",
+                     "生产者加载的块依次是 {blocks}：第 j 次加载的就是块 j，从 0 到 n_blocks − 1"),
+    "s_turn_parity": ("{actor} waited on its turn barrier for parity {phase} at two blocks in a row ({j} and {j1}): "
+                      "the other group hands over once per block, so the parity to wait for flips at every block",
+                      "{actor} 在相邻两个块（{j} 和 {j1}）上等待轮次 barrier 时，等的都是奇偶性 {phase}："
+                      "另一个 group 每个块交出一次轮次，所以要等的奇偶性每个块都要翻转"),
     "p_parity_per_block": ("the parity flips every block instead of every lap", "奇偶性每个块翻转一次，而不是每圈一次"),
     "p_parity_per_block_why": ("a slot's barrier completes one phase per lap around the ring, so the parity to wait "
                                "for is that of the lap, j // stages, not of j",
@@ -194,6 +210,7 @@ CONSUMER_BUGS = ("c_no_turns", "c_both_start", "c_hand_early", "c_hold_softmax",
 # ------------------------------------------------------------------------------------------------ exercises
 class _Protocol(Exercise):
     budget_s = 20.0
+    simulated = True
     bugs: tuple[str, ...] = ()
 
     def run_one(self, fn, case: ProtocolCase, seed: int) -> Trace:
@@ -239,8 +256,15 @@ class _Protocol(Exercise):
     def judge_overlap(self, out, case, res) -> bool:
         return True
 
+    def structural(self, trace: Trace) -> list[str]:
+        """Hints read off the protocol's own record (which barrier, which parity, what was in flight): more exact
+        than comparing outcomes with bug models, where several mistakes end the same way. None by default."""
+        return []
+
     def looks_like(self, trace: Trace, case: ProtocolCase, seed: int) -> list[str]:
-        found = []
+        found = self.structural(trace)
+        if found:
+            return found
         for kind in self.bugs:
             other = self.run_one(self.mutant(kind), case, seed)
             if self.problem(other) is not None and self.failure_key(other) == self.failure_key(trace):
@@ -258,6 +282,21 @@ class KvProducer(_Protocol):
 
     def mutant(self, kind):
         return _producer_mutant(kind)
+
+    def structural(self, trace):
+        loads = [e for e in trace.log if e[0] == "producer" and e[1] == "load"]
+        waited = any(e[0] == "producer" and e[1] == "wait" for e in trace.log)
+        if not loads and not waited and trace.n_blocks:  # (a producer stuck in its first wait is another story)
+            return [T("s_no_load")]
+        blocks = [e[5] for e in loads]
+        if blocks != list(range(len(blocks))):
+            return [T("s_load_order", blocks=", ".join(map(str, blocks[:8])) + (", …" if len(blocks) > 8 else ""))]
+        for _, _, bar, _, slot, block, *_ in loads:
+            if bar is not None and bar != f"ready[{slot}]":
+                if bar.startswith("empty"):
+                    return [diagnosis.T("looks_like", name=T("p_signals_empty"), why=T("p_signals_empty_why"))]
+                return [T("s_wrong_bar", block=block, slot=slot, bar=bar)]
+        return []
 
     def case_builders(self, env):
         specs = [(1, 1, "random"), (1, 4, "slow_consumer"), (2, 2, "random"), (2, 5, "slow_consumer"),
@@ -278,6 +317,33 @@ class PingpongConsumer(_Protocol):
 
     def mutant(self, kind):
         return _consumer_mutant(kind)
+
+    def structural(self, trace):
+        def named(kind):
+            return [diagnosis.T("looks_like", name=T(kind), why=T(f"{kind}_why"))]
+        groups = sorted(trace.reads)
+        log = [e for e in trace.log if e[0] in groups]
+        turn = [e for e in log if e[2] is not None and e[2].startswith("turns")]
+        if not any(e[1] == "wait" for e in turn):
+            return named("c_no_turns")
+        for g in groups:
+            waits = {e[2] for e in turn if e[0] == g and e[1] == "wait"}
+            if any(e[0] == g and e[1] == "arrive" and e[2] in waits for e in turn):
+                return named("c_self_turn")
+        if any(e[1] == "arrive" and e[7] > 0 for e in turn):  # handed over with its own products in flight
+            return named("c_hand_early")
+        first = {}
+        for e in turn:
+            if e[1] == "passed":
+                first.setdefault(e[0], e[8])
+        if len(first) == 2 and all(done == 0 for done in first.values()):
+            return named("c_both_start")
+        for g in groups:
+            phases = [e[3] for e in turn if e[0] == g and e[1] == "wait"]
+            for j in range(len(phases) - 1):
+                if phases[j] == phases[j + 1]:
+                    return [T("s_turn_parity", actor=actor_label(g), phase=phases[j], j=j, j1=j + 1)]
+        return []
 
     def problem(self, trace):
         if not trace.ok:
@@ -303,6 +369,12 @@ class PingpongConsumer(_Protocol):
             return True
         ref = self.run_one(_reference_consumer, case, 0).tensor_core_busy()
         res.problems.append(T("busy", busy=busy, want=BUSY_MIN, ref=ref))
+        held = [e for e in out[0].log if e[1] in ("softmax", "arrive") and e[0] in out[0].reads]
+        for g in out[0].reads:  # a hand-over that comes after the group's softmax keeps the turn through it
+            seq = [e[1] for e in held if e[0] == g and (e[1] == "softmax" or (e[2] or "").startswith("turns"))]
+            if any(a == "softmax" and b == "arrive" for a, b in zip(seq, seq[1:])):
+                res.hints.append(diagnosis.T("looks_like", name=T("c_hold_softmax"), why=T("c_hold_softmax_why")))
+                return False
         for kind in self.bugs:
             other = self.run_one(self.mutant(kind), case, 0)
             if other.ok and other.products_overlap() is None and abs(other.tensor_core_busy() - busy) < 0.02:
