@@ -57,6 +57,13 @@ FA = [
      "only cases with batch size > 1 fail"),
     ("q = tl.load(q_ptrs, mask=mask_m[:, None] & mask_d[None, :], other=0.0)", "q = tl.load(q_ptrs)",
      "out-of-bounds" if grader.setup(quiet=True).interpreter else "NaN"),
+    # two that passed every case until 2026-12-01 (a learner walkthrough found them)
+    ("hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M + CAUSAL_OFFSET)\n",
+     "hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M + CAUSAL_OFFSET - 1)\n",
+     "only the cases with one key more than queries fail"),
+    ("offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd",
+     "offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd",
+     "only the case whose q, k and v have three different layouts fails"),
 ]
 
 
