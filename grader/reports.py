@@ -179,7 +179,7 @@ def format_check(r: CheckResult) -> str:
     if _overall(r) != "NOT ATTEMPTED":  # a table of nothing but TODO rows says less than the one line below
         lines += ["  ".join(ljust(cell, w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     groups = _problem_groups(r)
-    if groups:
+    if groups and lines[-1] != "":
         lines.append("")
     for status, problems, members in groups:
         c = members[0]

@@ -57,6 +57,7 @@ FA = [
      "only cases with batch size > 1 fail"),
     ("q = tl.load(q_ptrs, mask=mask_m[:, None] & mask_d[None, :], other=0.0)", "q = tl.load(q_ptrs)",
      "out-of-bounds" if grader.setup(quiet=True).interpreter else "NaN"),
+    ('s = tl.where(mask_n[None, :], s, float("-inf"))\n', "\n", "looks like: padded keys not masked"),
     # two that passed every case until 2026-12-01 (a learner walkthrough found them)
     ("hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M + CAUSAL_OFFSET)\n",
      "hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M + CAUSAL_OFFSET - 1)\n",

@@ -131,6 +131,11 @@ T = catalogue("exercises.attention", {
                                  "not with the strides passed for k",
                                  "k 和 v 是两个独立的张量，各有各的布局：要用 v.stride() 去寻址 v，"
                                  "而不是用给 k 的步长"),
+    "bug_pad_keys": ("padded keys not masked", "填充出来的 key 没有 mask 掉"),
+    "bug_pad_keys_why": ("the last K/V block runs past N_k: its padding rows load as 0 and score q·0 = 0, so each adds "
+                         "exp(0 − m) to the sum — set the scores of keys ≥ N_k to -inf (tl.where on the key mask)",
+                         "最后一个 K/V 块越过了 N_k：填充的行按 0 加载，分数 q·0 = 0，于是每一行都往和里加了 "
+                         "exp(0 − m)——要把 ≥ N_k 的 key 的分数设成 -inf（对 key 的 mask 用 tl.where）"),
     "bug_alpha_inverted": ("rescale factor inverted", "缩放因子取反了"),
     "bug_alpha_inverted_why": ("alpha = exp(m_old − m_new) is at most 1 and shrinks acc and l; exp(m_new − m_old) "
                                "grows them, and on the first block (m_old = −∞) gives ∞ · 0 = NaN",
@@ -441,6 +446,13 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
             BugModel(T("bug_alpha_inverted"), T("bug_alpha_inverted_why"),
                      lambda bn=bn: online(q, k, v, scale, bn, causal, inverted=True, **al)),
         ]
+    if not causal:  # keys past N_k loaded as 0 (other=0.0) and scored, not masked: zero keys and values
+        for bn in blocks:
+            pad = -case.n_k % bn
+            if pad:
+                kp, vp = (F.pad(t, (0, 0, 0, pad)) for t in (k, v))
+                bugs.append(BugModel(T("bug_pad_keys"), T("bug_pad_keys_why"),
+                                     lambda kp=kp, vp=vp: oracle.attention(q, kp, vp, scale, False)))
     square = (case.block_m,) if case.block_m and case.block_m == case.block_n else \
         () if case.block_m else tuple(b for b in blocks if b < max(case.n_q, case.n_k) * 2)
     for b in square:
