@@ -2,15 +2,8 @@
 
 Notebook 11 has the learner write the protocol of a warp-specialised FlashAttention kernel (a producer that
 loads K/V blocks into a ring of shared-memory slots, consumers that read them, and two consumer warp groups that
-take turns on the tensor cores) as Python generators that `yield` one operation at a time:
-
-    def consumer(ring, n_blocks):
-        for j in range(n_blocks):
-            s = j % ring.stages
-            yield wait(ring.ready[s], (j // ring.stages) & 1)
-            yield mma(s, j)
-            yield mma_wait()
-            yield arrive(ring.empty[s])
+take turns on the tensor cores) as Python generators that `yield` one operation at a time (`ring_consumer`
+below is the notebook's worked example).
 
 `simulate` runs the partitions together under a timing model and a random schedule, and returns a `Trace`: how
 the run ended (finished, a deadlock, a data race, a stale read...), every interval for a timeline figure, and
