@@ -306,14 +306,16 @@ def markdown(info: dict, rows: list[dict], plan: Plan) -> str:
         for p, why in unavailable.items():
             lines.append(f"- {p}: {why}")
         lines.append("")
-    errors = {(r["provider"], r["status"]) for r in rows if str(r.get("status", "")).startswith(("error", "WRONG"))}
-    if errors:
-        lines.append("## Errors")
-        lines.append("")
-        for p, s in sorted(errors):
-            lines.append(f"- {p}: {s}")
-        lines.append("")
+    lines += status_section(rows, ("error", "WRONG"), "Errors")
     return "\n".join(lines)
+
+
+def status_section(rows: list[dict], prefixes: tuple[str, ...], title: str) -> list[str]:
+    """A '## title' list of every (provider, status) whose status starts with one of `prefixes` (none: no lines)."""
+    found = {(r["provider"], r["status"]) for r in rows if str(r.get("status", "")).startswith(prefixes)}
+    if not found:
+        return []
+    return [f"## {title}", "", *(f"- {p}: {s}" for p, s in sorted(found)), ""]
 
 
 def plots(info: dict, rows: list[dict], plan: Plan, out: Path, what: str = "attention forward", prefix: str = "",

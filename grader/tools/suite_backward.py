@@ -167,7 +167,7 @@ def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadl
 
 
 def markdown(info: dict, rows: list[dict], plan) -> str:
-    from .suite import TIMING, memory_table, speed_tables
+    from .suite import TIMING, memory_table, speed_tables, status_section
 
     lines = ["# Attention backward and training step: the course's kernels against PyTorch", ""]
     lines.append(f"- GPU: **{info.get('gpu', '?')}** (compute capability {info.get('capability', '?')}, "
@@ -197,14 +197,7 @@ def markdown(info: dict, rows: list[dict], plan) -> str:
         lines.append(f"## Peak extra memory of one training step (MiB): {dt0}, D = {d0}, not causal")
         lines.append("")
         lines += memory_table(by, names, sizes, dt0, d0)
-    problems = {(r["provider"], r["status"]) for r in rows
-                if str(r.get("status", "")).startswith(("error", "WRONG", "unavailable"))}
-    if problems:
-        lines.append("## Errors and unavailable providers")
-        lines.append("")
-        for p, s in sorted(problems):
-            lines.append(f"- {p}: {s}")
-        lines.append("")
+    lines += status_section(rows, ("error", "WRONG", "unavailable"), "Errors and unavailable providers")
     return "\n".join(lines)
 
 
