@@ -33,6 +33,13 @@ T = catalogue("checking", {
                           "at least {floor:g} s)",
                           "（参考实现在这个用例上用时 {ref:.2g} s；时间预算是它的 {factor:g} 倍，"
                           "且不少于 {floor:g} s）"),
+    "order_dependent": ("the output is right when the kernel's programs run first to last, and wrong when they run "
+                        "last to first (as the grader runs them on the interpreter): two programs write the same "
+                        "elements, and on a GPU, where programs run in any order, whichever ends last wins. Usually "
+                        "a store whose mask lets a row or column past the program's own block through",
+                        "kernel 的各个 program 从前往后跑时输出正确，从后往前跑（grader 在解释器上就是这么跑的）"
+                        "时却出错：有两个 program 写了同样的元素；在 GPU 上 program 的执行顺序是任意的，最后结束的"
+                        "那个说了算。通常是某个 store 的 mask 放过了不属于本 program 那一块的行或列"),
     "no_kernel": ("no Triton kernel ran: this exercise asks for a kernel, and your function returned its result "
                   "without launching any @triton.jit function",
                   "没有任何 Triton kernel 运行：这个练习要求写一个 kernel，而你的函数没有启动任何 @triton.jit "
@@ -83,7 +90,7 @@ def in_process(fn: Callable) -> Runner:
         args, kwargs = case.call_args()
         return run_learner(lambda *a, **k: ex.invoke(fn, a, k, case.extra), args, kwargs, budget_s=budget,
                            inputs=case.inputs, guards=case.guards, guard_allocations=ex.triton,
-                           allow_reference=allow)
+                           allow_reference=allow, program_order=case.program_order)
     return run
 
 
@@ -168,6 +175,9 @@ def _run_case(ex: Exercise, runner: Runner, case: Case, index: int, env, referen
         res.problems.append(T("no_kernel"))
     elif ex.judge(outcome.value, case, res, env.device):
         res.status = "PASS"
+    elif ex.triton and env.interpreter and case.program_order == "reverse" and _passes_in_order(ex, runner, case,
+                                                                                               budget, env):
+        res.hints.insert(0, T("order_dependent"))
     for w in outcome.guard_writes:
         res.status = "FAIL" if res.status == "PASS" else res.status
         res.problems.append(T("oob_write", what=w))
@@ -175,6 +185,18 @@ def _run_case(ex: Exercise, runner: Runner, case: Case, index: int, env, referen
         res.status = "FAIL" if res.status == "PASS" else res.status
         res.problems.append(T("mutated", name=name))
     return res, outcome.kind
+
+
+def _passes_in_order(ex: Exercise, runner: Runner, case: Case, budget: float, env) -> bool:
+    """Whether the case, which failed with its grid's programs run last to first, passes when they run first to
+    last: then two programs write the same elements (on a GPU whichever ends last wins)."""
+    case.program_order = "forward"
+    try:
+        outcome = runner(ex, case, budget)
+        scratch = CaseResult(0, case.name, case.shapes, fmt_dtype(case.dtype), "FAIL")
+        return outcome.kind == "ok" and bool(ex.judge(outcome.value, case, scratch, env.device))
+    finally:
+        case.program_order = "reverse"
 
 
 def _cross_case_hints(ex: Exercise, results: list[CaseResult]) -> list[str]:

@@ -70,6 +70,12 @@ T = catalogue("safety", {
                   "or an offset computed with the wrong stride.",
                   "常见原因：在非整块长度的最后一个块上做 load 或 store 时没加 mask=...（load 还要给 other=...），"
                   "或者偏移用错了步长（stride）。"),
+    "oob_cause_offsets": (" Not one address of this access lies inside `{name}`, so it is not a ragged last block "
+                          "(that starts inside): check how the program ids turn into offsets (which id is the batch, "
+                          "which the head, what each is multiplied by) and the strides.",
+                          "这次访问没有一个地址落在 `{name}` 之内，所以不是非整块的最后一块出的问题（那种块总是从"
+                          "张量内部开始的）：检查 program id 是怎样换算成偏移的（哪个 id 是 batch，哪个是 head，各自"
+                          "乘的是什么）以及步长（stride）。"),
     "allocated": ("a tensor allocated inside your function ({shape}, {dtype})",
                   "你的函数内部分配的一个张量（{shape}，{dtype}）"),
     "raised_where": (" (line {line} of {where}: {code})", "（{where} 第 {line} 行：{code}）"),
@@ -336,8 +342,11 @@ def _regions_of(names, values) -> list[_Region]:
     return regions
 
 
-def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], what: str, grid_idx) -> str:
+def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], what: str, grid_idx,
+                   accessed: np.ndarray | None = None) -> str:
+    """addrs: the addresses outside every tensor; accessed: all the addresses of the access (both in bytes)."""
     lines = [T("oob_touched", what=what, program=tuple(grid_idx) if grid_idx is not None else "?", n=addrs.size)]
+    cause = T("oob_cause")
     if regions:
         def gap(r: _Region) -> int:
             lo, hi = int(addrs.min()), int(addrs.max())
@@ -349,7 +358,9 @@ def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], wha
             lines.append(T("oob_past", name=r.name, n=(hi - r.end) // r.itemsize))
         elif lo < r.start:
             lines.append(T("oob_before", name=r.name, n=(r.start - lo) // r.itemsize))
-    lines.append(T("oob_cause"))
+        if accessed is not None and not ((accessed >= r.start) & (accessed + itemsize <= r.end)).any():
+            cause = T("oob_cause_offsets", name=r.name)
+    lines.append(cause)
     return "".join(lines)  # each sentence after the first brings its own space (none in Chinese)
 
 
@@ -370,7 +381,7 @@ def _check_access(builder: Any, ptrs: Any, mask: Any | None, what: str) -> None:
         inside |= (addrs >= r.start) & (addrs + itemsize <= r.end)
     if not inside.all():
         raise OutOfBoundsAccess(_describe_miss(addrs[~inside], itemsize, regions, what,
-                                               getattr(builder, "grid_idx", None)))
+                                               getattr(builder, "grid_idx", None), addrs))
 
 
 _ATOMIC_NAMES = {"ADD": "add", "FADD": "add", "MIN": "min", "UMIN": "min", "MAX": "max", "UMAX": "max",
@@ -459,6 +470,14 @@ def install_interpreter_bounds_check() -> bool:
         return args_hst, kwargs_hst
 
     executor_cls._init_args_hst = _init_args_hst
+    original_set_grid_idx = builder_cls.set_grid_idx
+
+    def set_grid_idx(self, x, y, z):
+        if getattr(_launch, "order", "forward") == "reverse":
+            nx, ny, nz = self.grid_dim
+            x, y, z = nx - 1 - x, ny - 1 - y, nz - 1 - z
+        return original_set_grid_idx(self, x, y, z)
+    builder_cls.set_grid_idx = set_grid_idx
     for name, pointers in ops.items():
         if hasattr(builder_cls, name):
             setattr(builder_cls, name, _checked(getattr(builder_cls, name), pointers))
@@ -602,6 +621,8 @@ class GuardAllocations(TorchDispatchMode):
 # ------------------------------------------------------------------------------------------- kernel launches
 _calls = threading.local()  # .launches: Triton kernels launched in this thread during the learner's call (or None)
 _counting_installed = False
+_total = {"launches": 0}  # every thread's launches: autograd runs a GPU backward in a thread of its own
+_total_lock = threading.Lock()
 
 
 def install_launch_counter() -> bool:
@@ -629,12 +650,20 @@ def install_launch_counter() -> bool:
 
         def run(self, *args, _original=original, **kwargs):
             __tracebackhide__ = True  # IPython leaves this frame out of a learner's traceback  # noqa: F841
-            if not kwargs.get("warmup") and getattr(_calls, "launches", None) is not None:
-                _calls.launches += 1
+            if not kwargs.get("warmup"):
+                if getattr(_calls, "launches", None) is not None:
+                    _calls.launches += 1
+                with _total_lock:
+                    _total["launches"] += 1
             return _original(self, *args, **kwargs)
         cls.run = run
     _counting_installed = bool(classes)
     return _counting_installed
+
+
+def total_launches() -> int | None:
+    """Triton kernels launched so far in this process, in any thread (None where launches cannot be counted)."""
+    return _total["launches"] if _counting_installed else None
 
 
 def in_learner_call() -> bool:
@@ -819,10 +848,11 @@ def launches_so_far() -> int | None:
 
 def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
                 inputs: dict[str, torch.Tensor], guards: list[Guarded], guard_allocations: bool,
-                allow_reference: bool = False) -> Outcome:
+                allow_reference: bool = False, program_order: str = "forward") -> Outcome:
     """Call fn(*args, **kwargs) and classify whatever happens.
 
     Every exception is a failed case except KeyboardInterrupt (the person pressed stop), which propagates.
+    program_order: the order the interpreter runs a grid's programs in, "forward" or "reverse" (a GPU's is any).
     """
     snapshots = {name: t.detach().clone() for name, t in inputs.items()}
     mode = GuardAllocations() if guard_allocations else None
@@ -831,6 +861,7 @@ def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
     counting = install_launch_counter()
     outer = getattr(_calls, "launches", None), getattr(_calls, "reference_allowed", False)
     _calls.launches, _calls.reference_allowed = 0, allow_reference
+    outer_order, _launch.order = getattr(_launch, "order", "forward"), program_order
     t0 = time.perf_counter()
     try:
         if mode is not None:
@@ -844,6 +875,7 @@ def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
     finally:
         out.launches = _calls.launches if counting else None
         _calls.launches, _calls.reference_allowed = outer
+        _launch.order = outer_order
     out.seconds = time.perf_counter() - t0
     out.stops = stop.stops
     out.unguarded = mode.unguarded if mode else 0

@@ -277,7 +277,7 @@ class Child:
                 return Outcome(kind="crash", message=f"could not restart the submission: {self.load_failure}")
         args, kwargs = case.call_args()
         payload = {"args": args, "kwargs": kwargs, "extra": case.extra, "inputs": case.inputs,
-                   "guards": case.guards}
+                   "guards": case.guards, "order": case.program_order}
         message = {"op": "case", "exercise": ex.id, "budget": budget, "payload": _dumps(payload)}
         deadline = budget + self.limits.grace_s
         t0 = time.perf_counter()
@@ -346,7 +346,7 @@ def serve(fd_in: int, fd_out: int, output_bytes: int, memory_bytes: int) -> None
             else:
                 out = run_learner(lambda *a, **k: ex.invoke(fn, a, k, p["extra"]), p["args"], p["kwargs"],
                                   budget_s=msg["budget"], inputs=p["inputs"], guards=p["guards"],
-                                  guard_allocations=ex.triton)
+                                  guard_allocations=ex.triton, program_order=p.get("order", "forward"))
             send.send_bytes(_dumps(outcome_to_wire(out)))
 
 

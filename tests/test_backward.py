@@ -84,23 +84,24 @@ def test_attention_backward_mutants(old, new, named):
 
 
 KERNEL = [
-    ("    ds_t = p_t * (dp_t - delta[None, :])", "    ds_t = p_t * dp_t", "Δ missing"),
+    ("    ds_t = p_t * (dp_t - delta[None, :])", "    ds_t = p_t * dp_t", "looks like: Δ missing"),
     ("    delta = tl.sum(o.to(Delta.dtype.element_ty) * do.to(Delta.dtype.element_ty), axis=1)",
      "    delta = tl.sum(o.to(Delta.dtype.element_ty) * do.to(Delta.dtype.element_ty), axis=1).to(o.dtype)",
-     "Δ rounded to float16"),
-    ("    dq = dq * sm_scale", "    dq = dq * 1.0", "dQ/dK without sm_scale"),
-    ("    dk = dk * sm_scale", "    dk = dk * sm_scale * sm_scale", "dQ/dK scaled twice"),
+     "looks like: Δ rounded to float16"),
+    ("    dq = dq * sm_scale", "    dq = dq * 1.0", "looks like: dQ/dK without sm_scale"),
+    ("    dk = dk * sm_scale", "    dk = dk * sm_scale * sm_scale", "looks like: dQ/dK scaled twice"),
     ("    p = tl.math.exp2(s * qk_scale - lse2[:, None])",
      "    p = tl.math.exp2(s * qk_scale - tl.max(s * qk_scale, 1)[:, None])",
-     "P recomputed from the block max instead of lse"),
+     "looks like: P recomputed from the block max instead of lse"),
     ("            keep = keep & (offs_n[None, :] <= offs_m[:, None])", "            keep = keep",
-     "causal mask missing in the backward"),
+     "looks like: causal mask missing in the backward"),
     ("            keep_t = keep_t & (offs_m[None, :] >= offs_n[:, None])", "            keep_t = keep_t",
-     "causal mask missing in the backward"),
-    ("    for g in range(GROUP_SIZE):", "    for g in range(1):", "GQA: dK/dV not summed over the group"),
+     "looks like: causal mask missing in the backward"),
+    ("    for g in range(GROUP_SIZE):", "    for g in range(1):", "looks like: GQA: dK/dV not summed over the group"),
     ("    dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PRECISION)",
-     "    dk = tl.dot(tl.trans(ds_t).to(q.dtype), q, dk, input_precision=DOT_PRECISION)", "dS transposed"),
-    ("    lse2 = lse * 1.4426950408889634", "    lse2 = lse", "lse read as log2 units"),
+     # dK/dV tiles have fewer query rows than keys (as on the GPU), so a transposed dS does not even compile
+     "    dk = tl.dot(tl.trans(ds_t).to(q.dtype), q, dk, input_precision=DOT_PRECISION)", "equal reduction dimensions"),
+    ("    lse2 = lse * 1.4426950408889634", "    lse2 = lse", "looks like: lse read as log2 units"),
 ]
 
 
@@ -109,7 +110,17 @@ def test_flash_attention_backward_mutants(old, new, named, few_cases):
     r = grader.check("flash_attention_backward", mutant("flash_attention_backward", old, new), quiet=True,
                      record=False)
     assert not r.passed
-    assert f"looks like: {named}" in str(r), str(r)
+    assert named in str(r), str(r)
+
+
+def test_a_causal_bound_right_only_for_square_tiles_fails(few_cases):
+    """The interpreter runs dK/dV with fewer query rows than keys per tile, as the GPU does: a diagonal range of one
+    Q block passed every case while it ran 32×32 tiles (a learner walkthrough, 2026-12-01)."""
+    right = "        diag_end = tl.minimum(N_Q, tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M)\n"
+    r = grader.check("flash_attention_backward", mutant(
+        "flash_attention_backward", right, "        diag_end = tl.minimum(N_Q, lo + BLOCK_M)\n"),
+        quiet=True, record=False)
+    assert not r.passed and any(not c.passed and "causal" in c.name for c in r.cases), str(r)
 
 
 FORWARD = [
@@ -133,6 +144,12 @@ def test_flash_attention_forward_mutants(old, new, named, few_cases):
 AUTOGRAD = [
     ("    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale)",
      "    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale).detach()", "o has no grad_fn"),
+    # the kernel's values with PyTorch's gradients: a learner walkthrough found this passing (2026-12-01)
+    ("    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale)",
+     "    o = flash_attention_forward(q, k, v, causal, sm_scale)[0]\n"
+     "    t = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,\n"
+     "                                                         enable_gqa=True)\n"
+     "    return t + (o - t).detach()", "without a single Triton kernel launch"),
     ("causal=ctx.causal, sm_scale=ctx.sm_scale", "causal=False, sm_scale=ctx.sm_scale",
      "looks like: causal mask missing in the backward"),
 ]

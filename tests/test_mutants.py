@@ -73,3 +73,42 @@ def test_flash_attention_mutants(old, new, named):
     r = grader.check("flash_attention", mutant("flash_attention", old, new), quiet=True)
     assert not r.passed
     assert named in str(r), str(r)
+
+
+# The diagnosis names the mistake on every failing case that shows it, not only where the simulation happens to
+# agree: a kernel that skips the key blocks past its diagonal (causal) divides fewer times than one that visits them,
+# and a top-left mask without the diagonal leaves row 0 with no key (0 with the empty-row guard, not NaN).
+NAMED_ON_EVERY_CASE = [
+    ("acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)\n",
+     "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)\n"
+     "        acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]\n", "divided by l inside the loop"),
+    ("offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET", "offs_n[None, :] < offs_m[:, None] + CAUSAL_OFFSET",
+     "causal mask off by one (j < i)"),
+]
+
+
+@pytest.mark.parametrize("old, new, named", NAMED_ON_EVERY_CASE, ids=[m[2] for m in NAMED_ON_EVERY_CASE])
+def test_flash_attention_mistake_named_on_every_failing_causal_case(old, new, named):
+    r = grader.check("flash_attention", mutant("flash_attention", old, new), quiet=True, record=False)
+    failing = [c for c in r.cases if not c.passed]
+    assert failing and any("causal" in c.name and "bottom-right" not in c.name for c in failing)
+    unnamed = [c.name for c in failing if not any(named in h for h in c.hints)]
+    assert not unnamed, (unnamed, str(r))
+
+
+def test_batch_and_head_swapped_is_not_called_a_ragged_block():
+    r = grader.check("flash_attention", mutant("flash_attention", "off_b = off_bh // H\n    off_h = off_bh % H",
+                                               "off_h = off_bh // H\n    off_b = off_bh % H"),
+                     quiet=True, record=False)
+    oob = [p for c in r.cases for p in c.problems if "out-of-bounds" in p]
+    if grader.setup(quiet=True).interpreter:  # the bounds check is the interpreter's
+        assert oob and any("not a ragged last block" in p and "which id is the batch" in p for p in oob), str(r)
+
+
+def test_a_missing_mask_on_the_ragged_block_is_still_called_one():
+    r = grader.check("flash_attention", mutant(
+        "flash_attention", "q = tl.load(q_ptrs, mask=mask_m[:, None] & mask_d[None, :], other=0.0)",
+        "q = tl.load(q_ptrs, mask=mask_d[None, :], other=0.0)"), quiet=True, record=False)
+    oob = [p for c in r.cases for p in c.problems if "out-of-bounds" in p]
+    if grader.setup(quiet=True).interpreter:
+        assert oob and all("ragged last block without mask" in p for p in oob), str(r)

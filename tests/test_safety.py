@@ -113,3 +113,31 @@ def test_time_budget_outside_the_main_thread():
     t.start()
     t.join(5)
     assert seen == ["stopped"]
+
+
+@triton.jit
+def _add_spilling_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """x + y, but every program also writes 0 into the first element of the next program's block (none past n)."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+    spill = (pid + 1) * BLOCK + tl.arange(0, 1)
+    tl.store(out_ptr + spill, tl.zeros([1], dtype=out_ptr.dtype.element_ty), mask=spill < n)
+
+
+def _add_spilling(x, y):
+    out = torch.empty_like(x)
+    _add_spilling_kernel[(triton.cdiv(x.numel(), 128),)](x, y, out, x.numel(), BLOCK=128)
+    return out
+
+
+@pytest.mark.skipif(not ENV.interpreter, reason="the program order is the interpreter's")
+def test_a_store_into_the_next_programs_block_is_found_and_explained():
+    """Run first to last, the next program overwrites the spilled element and the output is right; the grader runs
+    programs last to first, and says why the output then differs."""
+    x, y = torch.randn(1000), torch.randn(1000)
+    assert torch.equal(_add_spilling(x, y), x + y)  # forward order, as Triton's interpreter runs it
+    r = grader.check("vector_add", _add_spilling, quiet=True, record=False)
+    failing = [c for c in r.cases if not c.passed]
+    assert failing and all(any("last to first" in h for h in c.hints) for c in failing), str(r)

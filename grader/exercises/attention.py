@@ -84,6 +84,11 @@ T = catalogue("exercises.attention", {
     "bug_scale_ignored": ("sm_scale ignored", "忽略了 sm_scale"),
     "bug_scale_ignored_why": ("the sm_scale argument was ignored and 1/√D used instead",
                               "没有用传入的 sm_scale 参数，而是用了 1/√D"),
+    "bug_scale_padded": ("default scale from the padded head dim", "默认 scale 用了补齐后的 head dim"),
+    "bug_scale_padded_why": ("sm_scale defaulted to 1/√BLOCK_D ({padded}, the power of two the tile is padded to) "
+                             "instead of 1/√D ({d}, the real head dim)",
+                             "sm_scale 的默认值取成了 1/√BLOCK_D（{padded}，tile 补齐到的 2 的幂），而不是 "
+                             "1/√D（{d}，真实的 head dim）"),
     "bug_mask_diagonal": ("causal mask off by one (j < i)", "因果掩码差了一位（j < i）"),
     "bug_mask_diagonal_why": ("the diagonal was masked too: query i must see key j = i",
                               "对角线也被 mask 掉了：query i 必须能看到 key j = i"),
@@ -366,27 +371,38 @@ def _scores(q, k, scale, causal, align="top_left"):
 
 
 def online(q, k, v, scale, block_n, causal, *, rescale_acc=True, rescale_l=True, divide="end", exp_max="new",
-           align="top_left", inverted=False):
+           align="top_left", inverted=False, skip_m=None):
     """fp64 online-softmax attention over K/V blocks of block_n keys, with switches for the classic mistakes.
 
     divide: "end" (right), "never", "inside" (acc /= l every block, not at the end), "inside+end".
     exp_max: "new" (right) or "old" (p = exp(s − m_old), the max before this block's update).
+    skip_m: with causal, the BLOCK_M of a kernel that skips the key blocks past its Q block's diagonal (None: every
+    block is visited, masked). Only a division inside the loop notices: elsewhere a fully masked block changes nothing.
     """
     s_all = _scores(q, k, scale, causal, align)
     m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
     l_ = torch.zeros(q.shape[:-1], dtype=q.dtype)
     acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    for j in range(0, k.shape[-2], block_n):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    row_hi = None
+    if causal and skip_m:
+        shift = n_k - n_q if align == "bottom_right" else 0
+        row_hi = ((torch.arange(n_q) // skip_m + 1) * skip_m + shift).clamp(max=n_k)  # the kernel's loop bound
+    for j in range(0, n_k, block_n):
         s = s_all[..., j:j + block_n]
         m_new = torch.maximum(m, s.amax(-1))
         m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
         p = torch.exp(s - (m_safe if exp_max == "new" else m)[..., None])
         alpha = torch.exp(m_safe - m) if inverted else torch.exp(m - m_safe)
-        l_ = (l_ * alpha if rescale_l else l_) + p.sum(-1)
-        acc = (acc * alpha[..., None] if rescale_acc else acc) + p @ v[..., j:j + block_n, :]
+        l_new = (l_ * alpha if rescale_l else l_) + p.sum(-1)
+        acc_new = (acc * alpha[..., None] if rescale_acc else acc) + p @ v[..., j:j + block_n, :]
         if divide.startswith("inside"):
-            acc = acc / l_[..., None]
-        m = m_new
+            acc_new = acc_new / l_new[..., None]
+        if row_hi is not None:
+            visits = (j < row_hi).expand_as(m)
+            m_new, l_new = torch.where(visits, m_new, m), torch.where(visits, l_new, l_)
+            acc_new = torch.where(visits[..., None], acc_new, acc)
+        m, l_, acc = m_new, l_new, acc_new
     if divide in ("end", "inside+end"):  # a row that sees no key (bottom-right, N_q > N_k) is 0, as the oracle's
         return torch.where(l_[..., None] > 0, acc / l_.clamp_min(1e-300)[..., None], torch.zeros_like(acc))
     return acc
@@ -423,12 +439,20 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
     scale, causal = case.scale, case.causal
     blocks = (case.block_n,) if case.block_n else blocks
     al = {"align": case.causal_align}  # every simulation masks as the case asks
+
+    def skips(bn):  # a causal kernel may visit every key block or skip those past its Q block's diagonal
+        if not causal:
+            return (None,)
+        return (None, case.block_m) if case.block_m else (None, *(bm for bm in (16, 32, 64, 128) if bm >= bn))
     bugs = [BugModel(T("bug_no_division"), T("bug_no_division_why"),
                      lambda: online(q, k, v, scale, 1 << 30, causal, divide="never", **al)),
             BugModel(T("bug_old_max"), T("bug_old_max_first_why"),
                      lambda: online(q, k, v, scale, 1 << 30, causal, exp_max="old", **al)),
             BugModel(T("bug_alpha_inverted"), T("bug_alpha_inverted_why"),
-                     lambda: online(q, k, v, scale, 1 << 30, causal, inverted=True, **al))]
+                     lambda: online(q, k, v, scale, 1 << 30, causal, inverted=True, **al)),
+            *(BugModel(T("bug_divide_twice"), T("bug_divide_twice_why"),  # one block: acc/l in the loop, /l again
+                       lambda bm=bm: online(q, k, v, scale, 1 << 30, causal, divide="inside+end", skip_m=bm, **al))
+              for bm in skips(0))]
     for bn in blocks:
         if case.n_k <= bn:
             continue
@@ -437,10 +461,9 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
                      lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_acc=False, **al)),
             BugModel(T("bug_l_not_rescaled"), T("bug_l_not_rescaled_why"),
                      lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_l=False, **al)),
-            BugModel(T("bug_divide_inside"), T("bug_divide_inside_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside", **al)),
-            BugModel(T("bug_divide_twice"), T("bug_divide_twice_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, divide="inside+end", **al)),
+            *(BugModel(T(f"bug_divide_{name}"), T(f"bug_divide_{name}_why"),
+                       lambda bn=bn, bm=bm, how=how: online(q, k, v, scale, bn, causal, divide=how, skip_m=bm, **al))
+              for name, how in (("inside", "inside"), ("twice", "inside+end")) for bm in skips(bn)),
             BugModel(T("bug_old_max"), T("bug_old_max_why"),
                      lambda bn=bn: online(q, k, v, scale, bn, causal, exp_max="old", **al)),
             BugModel(T("bug_alpha_inverted"), T("bug_alpha_inverted_why"),
@@ -463,6 +486,15 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
     return bugs
 
 
+def padded_scale_bugs(d: int, sm_scale: float | None, attend: Callable[[float], torch.Tensor]) -> list[BugModel]:
+    """The default scale taken from the padded head dim, where it differs from the real one."""
+    padded = 1 << max(d - 1, 0).bit_length()
+    if sm_scale is not None or padded == d:
+        return []
+    return [BugModel(T("bug_scale_padded"), T("bug_scale_padded_why", padded=padded, d=d),
+                     lambda: attend(1.0 / math.sqrt(padded)))]
+
+
 def scale_and_mask_bugs(case: AttentionCase) -> list[BugModel]:
     q, k, v = case.f64()
     scale, causal = case.scale, case.causal
@@ -473,8 +505,12 @@ def scale_and_mask_bugs(case: AttentionCase) -> list[BugModel]:
     if case.sm_scale is not None:
         bugs.append(BugModel(T("bug_scale_ignored"), T("bug_scale_ignored_why"),
                              lambda: att(sm_scale=1.0 / math.sqrt(q.shape[-1]))))
+    bugs += padded_scale_bugs(q.shape[-1], case.sm_scale, lambda scale: att(sm_scale=scale))
     if causal:
         bugs += [BugModel(T("bug_mask_diagonal"), T("bug_mask_diagonal_why"), lambda: att(mask_offset=-1)),
+                 # row 0 then sees no key: NaN without the empty-row guard, 0 with it (06's TODO 5 has the guard)
+                 BugModel(T("bug_mask_diagonal"), T("bug_mask_diagonal_why"),
+                          lambda: att(mask_offset=-1).nan_to_num(nan=0.0)),
                  BugModel(T("bug_mask_one_more"), T("bug_mask_one_more_why"), lambda: att(mask_offset=1)),
                  BugModel(T("bug_mask_ignored"), T("bug_mask_ignored_why"), lambda: att(causal=False))]
         if case.n_q != case.n_k and align == "top_left":

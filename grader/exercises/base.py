@@ -83,6 +83,9 @@ class Case:
     #: tensors the exercise's `invoke` needs besides the arguments (never the answer: a submission graded in a
     #: child process receives args, kwargs and these, nothing else of the case)
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: the order the interpreter runs the grid's programs in: last to first, so that a store that spills into the
+    #: next program's elements is not hidden by that program writing them again afterwards (a GPU runs any order)
+    program_order: str = "reverse"
 
     def call_args(self) -> tuple[tuple, dict]:
         return self.args, self.kwargs

@@ -187,6 +187,12 @@ T = catalogue("exercises.inference", {
                      "只有“每个 K/V 头对应多个 query 头、并且有多个新 query”的用例未通过：Q tile 里打包的是同一个 "
                      "K/V 头下 G = H / H_kv 个头 × N_q 个 query，第 r 行是头 h_kv·G + r // N_q 的第 r % N_q 个 "
                      "query；q 的 load、因果掩码（query 下标 r % N_q）和 store 必须都按这一套映射"),
+    "hint_heads_apart": ("only the case whose query heads' scores lie far apart fails: the merge needs each row's own "
+                         "maximum over its splits; one maximum shared by the rows of a tile (tl.max over both axes, "
+                         "or over the wrong one) makes the weights of the quieter rows underflow to 0",
+                         "只有“query 头之间分数相差悬殊”的用例未通过：合并时每一行要用它自己在各个 split 上的最大值；"
+                         "整个 tile 共用一个最大值（在两个轴上都做了 tl.max，或者轴取错了）会让分数较小的那些行的"
+                         "权重下溢成 0"),
     "hint_splits": ("only the cases with several splits fail: each split keeps its own (m_s, l_s) and normalised "
                     "output o_s; merge them with the weights exp(m_s − m_max)·l_s (a split with no visible key weighs "
                     "0) and divide by the sum of the weights — and every key of a split must be visited, its last "
@@ -278,6 +284,9 @@ CASES = catalogue("exercises.inference.cases", {
     "strided": ("(B, N, H, D) memory for q and the caches: non-contiguous strides",
                 "q 和缓存的内存是 (B, N, H, D) 布局：非连续步长"),
     "large": ("large-magnitude scores, num_splits=3", "数值很大的分数，num_splits=3"),
+    "heads_apart": ("two heads of one K/V group whose scores are 80× apart, num_splits=3",
+                    "同一个 K/V 组里两个 head 的分数相差 80 倍，num_splits=3"),
+    "odd_pages": ("16-token pages, an odd number of pages per sequence", "16 个 token 一页，每条序列的页数为奇数"),
     "explicit_scale": ("explicit sm_scale", "显式传入 sm_scale"),
     "long": ("long context, num_splits chosen by the function", "长上下文，num_splits 由函数自己决定"),
     "many_short": ("many short sequences", "大量短序列"),
@@ -301,6 +310,7 @@ CASES = catalogue("exercises.inference.cases", {
     "random_paged": ("random sizes, page sizes, lengths and splits", "随机尺寸、页大小、长度和 split 数"),
     # flash_attention_varlen
     "v_whole": ("equal q and k lengths in whole blocks of 128", "q 和 k 等长，且是 128 的整数倍"),
+    "v_whole_chunked": ("whole blocks of 128, k longer than q, causal", "长度都是 128 的整数倍，k 比 q 长，因果"),
     "v_equal": ("equal q and k lengths, not causal", "q 和 k 等长，非因果"),
     "v_equal_causal": ("equal q and k lengths, causal", "q 和 k 等长，因果"),
     "v_chunked": ("k longer than q (chunked prefill), not causal", "k 比 q 长（分块预填充），非因果"),
@@ -407,8 +417,17 @@ def _decode_tags(lengths, n_q, num_splits, **common) -> set[str]:
     tags |= {"packing"} if n_q > 1 and common["H"] != common["H_kv"] else set()
     tags |= {"empty-rows"} if any(n < n_q for n in lengths) else set()
     tags |= {"ragged"} if any(n % WHOLE for n in lengths) else set()
-    tags |= {"splits"} if num_splits is not None and num_splits > 1 else set()
+    # A near one-hot softmax (large magnitudes) hides keys counted twice or dropped at a split's edge: such a case
+    # passing says nothing about the splits, so it does not carry their tag (it would silence the splits hint).
+    tags |= {"splits"} if num_splits is not None and num_splits > 1 and common["magnitude"] <= 1 else set()
     return tags
+
+
+def _scaled_heads(q: torch.Tensor, head_scales) -> torch.Tensor:
+    if head_scales is None:
+        return q
+    factors = torch.tensor(head_scales, dtype=torch.float64, device=q.device).view(1, -1, 1, 1)
+    return (q.double() * factors).to(q.dtype)
 
 
 def _decode_call(case: ServingCase, *names: str) -> None:
@@ -422,11 +441,13 @@ def _decode_call(case: ServingCase, *names: str) -> None:
 
 def decode_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H_kv=None, Nq=1, N_max=256, D=64,
                 dtype=torch.float16, lengths=None, sm_scale=None, num_splits=None, magnitude=1.0,
-                layout="contiguous", tags=()) -> ServingCase:
-    """flash_decode(q, k_cache, v_cache, cache_seqlens): the cache past each length holds stale values."""
+                head_scales=None, layout="contiguous", tags=()) -> ServingCase:
+    """flash_decode(q, k_cache, v_cache, cache_seqlens): the cache past each length holds stale values.
+
+    head_scales: a factor per query head on q (heads whose log-sum-exps lie far apart)."""
     H_kv = H if H_kv is None else H_kv
     lengths = list(lengths) if lengths is not None else _draw_lengths(gen, B, min(Nq, N_max), N_max)
-    q = randn((B, H, Nq, D), gen, dtype, env.device, magnitude)
+    q = _scaled_heads(randn((B, H, Nq, D), gen, dtype, env.device, magnitude), head_scales)
     k = randn((B, H_kv, N_max, D), gen, dtype, env.device, magnitude)
     v = randn((B, H_kv, N_max, D), gen, dtype, env.device)
     seqlens = torch.tensor(lengths, dtype=torch.int32, device=env.device)
@@ -450,8 +471,8 @@ def decode_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, 
 
 def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H_kv=None, Nq=1, page_size=16,
                pages_per_seq=8, D=64, dtype=torch.float16, lengths=None, order="shuffled", shared_pages=0,
-               unused="zero", extra_pages=3, sm_scale=None, num_splits=None, magnitude=1.0, layout="contiguous",
-               tags=()) -> ServingCase:
+               unused="zero", extra_pages=3, sm_scale=None, num_splits=None, magnitude=1.0, head_scales=None,
+               layout="contiguous", tags=()) -> ServingCase:
     """flash_decode_paged: the case is drawn as a contiguous cache (B, H_kv, pages_per_seq · page_size, D), which
     the answer is computed from, then scattered into the pages of a pool (order "identity": sequence b's page p is
     pool page b·pages_per_seq + p; "shuffled": a random permutation). shared_pages: sequences 0 and 1 start with the
@@ -462,7 +483,7 @@ def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H
     lengths = list(lengths) if lengths is not None else _draw_lengths(gen, B, min(Nq, n_ctx), n_ctx)
     if shared_pages:
         lengths[:2] = [max(n, shared_pages * page_size) for n in lengths[:2]]
-    q = randn((B, H, Nq, D), gen, dtype, env.device, magnitude)
+    q = _scaled_heads(randn((B, H, Nq, D), gen, dtype, env.device, magnitude), head_scales)
     k = randn((B, H_kv, n_ctx, D), gen, dtype, "cpu", magnitude)
     v = randn((B, H_kv, n_ctx, D), gen, dtype, "cpu")
     if shared_pages:
@@ -601,6 +622,9 @@ def decode_specs(env: Environment) -> list[tuple[str, dict]]:
         (case_name("strided"), dict(B=2, H=4, H_kv=2, Nq=2, N_max=on(env, 512, 120), D=64, layout="strided")),
         (case_name("large"), dict(B=2, H=2, H_kv=1, Nq=1, N_max=on(env, 1024, 200), D=64, magnitude=10.0,
                                   num_splits=3)),
+        # log-sum-exps ~200 (base 2) apart within one merge: a max shared by the rows underflows the quiet head
+        (case_name("heads_apart"), dict(B=1, H=2, H_kv=1, Nq=1, N_max=on(env, 1024, 200), D=64,
+                                        head_scales=(80.0, 1.0), num_splits=3, tags=("heads-apart",))),
         (case_name("explicit_scale"), dict(B=2, H=2, H_kv=1, Nq=2, N_max=on(env, 512, 100), D=64, sm_scale=0.3)),
     ]
     if not env.interpreter:
@@ -644,6 +668,10 @@ def paged_specs(env: Environment) -> list[tuple[str, dict]]:
                                           layout="strided")),
         (case_name("large"), dict(B=2, H=2, H_kv=1, page_size=16, pages_per_seq=on(env, 32, 12), magnitude=10.0,
                                   num_splits=3)),
+        (case_name("heads_apart"), dict(B=1, H=2, H_kv=1, page_size=16, pages_per_seq=on(env, 32, 12),
+                                        head_scales=(80.0, 1.0), num_splits=3, tags=("heads-apart",))),
+        # a key block wider than a page reaches past the block table's last column: its lookups need their mask
+        (case_name("odd_pages"), dict(B=2, H=2, H_kv=1, page_size=16, pages_per_seq=5, D=32, lengths=[80, 80])),
         (case_name("explicit_scale"), dict(B=2, H=2, H_kv=1, Nq=2, page_size=32, pages_per_seq=on(env, 16, 4),
                                            sm_scale=0.3)),
     ]
@@ -666,7 +694,10 @@ def varlen_specs(env: Environment) -> list[tuple[str, dict]]:
     """What flash_attention_varlen must handle, kept small on the interpreter."""
     f32, f16 = torch.float32, torch.float16
     specs = [
-        (case_name("v_whole"), dict(q_lens=[128, on(env, 512, 128)])),
+        # sequences of different whole-block lengths: a length taken from the wrong sequence or from max_seqlen shows
+        # without a ragged block (so "only the ragged cases fail" is not said of it)
+        (case_name("v_whole"), dict(q_lens=[128, on(env, 512, 256)])),
+        (case_name("v_whole_chunked"), dict(q_lens=[128, 128], k_lens=[256, 128], causal=True)),
         (case_name("v_equal"), dict(q_lens=[45, 1, on(env, 300, 90)])),
         (case_name("v_equal_causal"), dict(q_lens=[37, on(env, 400, 100), 1, 64], causal=True)),
         (case_name("v_chunked"), dict(q_lens=[16, 5, 40], k_lens=[80, 5, on(env, 500, 120)])),
@@ -979,6 +1010,7 @@ def decode_bugs(case: ServingCase, *, split_enumerated: bool | None = None) -> l
     if case.sm_scale is not None:
         bugs.append(BugModel(A("bug_scale_ignored"), A("bug_scale_ignored_why"),
                              lambda: sim.attend(scale=1.0 / math.sqrt(sim.D))))
+    bugs += attention.padded_scale_bugs(sim.D, case.sm_scale, lambda scale: sim.attend(scale=scale))
     if n_q > 1:
         bugs.append(BugModel(T("bug_no_causal"), T("bug_no_causal_why"), lambda: sim.attend(sim.keep(causal=False))))
     if sim.group > 1:
@@ -1067,6 +1099,7 @@ def varlen_bugs(case: ServingCase) -> list[BugModel]:
     if case.sm_scale is not None:
         bugs.append(BugModel(A("bug_scale_ignored"), A("bug_scale_ignored_why"),
                              lambda: sim.attend(scale=1.0 / math.sqrt(sim.q.shape[-1]))))
+    bugs += attention.padded_scale_bugs(sim.q.shape[-1], case.sm_scale, lambda scale: sim.attend(scale=scale))
     if case.causal:
         bugs += [BugModel(T("bug_varlen_top_left"), T("bug_varlen_top_left_why"),
                           lambda: sim.attend(sim.keep(top_left=True))),
@@ -1093,6 +1126,7 @@ def _hints(**own) -> dict:
 
 DECODE_HINTS = _hints(bottom_right=T.later("hint_bottom_right"), empty_rows=T.later("hint_empty_rows"),
                       packing=T.later("hint_packing"), splits=T.later("hint_splits"), ragged=T.later("hint_ragged"),
+                      heads_apart=T.later("hint_heads_apart"),
                       strided=T.later("hint_strided"), arguments=T.later("hint_arguments"))
 PAGED_HINTS = DECODE_HINTS | {"paged": T.later("hint_paged"), "garbage-table": T.later("hint_garbage_table"),
                               "arguments": T.later("hint_arguments_paged")}

@@ -3,7 +3,7 @@
 DIR gets the learner notebooks (their set-up cells clone the release branch), the grader package with the
 reference solutions packed into grader/references.bin (grader.notebooks.pack_references: what grader.reference,
 grader.benchmark and the time budgets run), README.md without its instructor sections, colab_setup.sh,
-pyproject.toml, requirements.txt and the result figures the README shows. No solutions/, no tests/, no
+pyproject.toml, requirements.txt, LICENSE and the result figures the README shows. No solutions/, no tests/, no
 solution line in any file.
 
 README.md marks what only instructors need with `<!-- instructors -->` ... `<!-- /instructors -->`; the release
