@@ -228,9 +228,12 @@ def run_cases(ex: Exercise, env, seed: int, runner: Runner, result: CheckResult,
     gens: dict[int, torch.Generator] = {}
     stop = None
     kinds = set()
-    for i, (r, build) in enumerate(plan, 1):
+    for r, build in plan:
         gen = gens.setdefault(r, torch.Generator().manual_seed(round_seed(seed, r)))
         case = build(gen)
+        if isolated and case.in_process_only:
+            continue
+        i = len(result.cases) + 1
         if r:
             case.name += " (hidden)" if r == rounds else f" (draw {r + 1})"
         if stop is not None:

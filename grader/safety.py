@@ -70,6 +70,11 @@ T = catalogue("safety", {
                   "or an offset computed with the wrong stride.",
                   "常见原因：在非整块长度的最后一个块上做 load 或 store 时没加 mask=...（load 还要给 other=...），"
                   "或者偏移用错了步长（stride）。"),
+    "oob_cause_int32": (" These addresses lie exactly 2**32 elements before places inside `{name}`: an int32 offset "
+                        "that wrapped past 2**31. Cast the index to tl.int64 before multiplying it by a stride "
+                        "(`.to(tl.int64)`).",
+                        "这些地址恰好落在 `{name}` 内部某些位置之前 2**32 个元素处：这是 int32 偏移越过 2**31 之后"
+                        "回绕了。先把下标转成 tl.int64，再乘以步长（`.to(tl.int64)`）。"),
     "oob_cause_offsets": (" Not one address of this access lies inside `{name}`, so it is not a ragged last block "
                           "(that starts inside): check how the program ids turn into offsets (which id is the batch, "
                           "which the head, what each is multiplied by) and the strides.",
@@ -329,6 +334,17 @@ def _tensor_region(name: str, t: torch.Tensor) -> _Region | None:
     return _Region(name, start, start + span_elements(t) * t.element_size(), t.element_size())
 
 
+def _tensors_in(values) -> list[torch.Tensor]:
+    """The tensors among kernel arguments (in tuples, and the bases of tensor descriptors)."""
+    found = []
+    for value in values:
+        for item in value if isinstance(value, tuple) else (value,):
+            base = getattr(item, "base", item)
+            if isinstance(base, torch.Tensor):
+                found.append(base)
+    return found
+
+
 def _regions_of(names, values) -> list[_Region]:
     regions: list[_Region] = []
     for name, value in zip(names, values):
@@ -340,6 +356,10 @@ def _regions_of(names, values) -> list[_Region]:
                 if r is not None:
                     regions.append(r)
     return regions
+
+
+def _inside(addrs: np.ndarray, itemsize: int, r: _Region) -> bool:
+    return bool(((addrs >= r.start) & (addrs + itemsize <= r.end)).all())
 
 
 def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], what: str, grid_idx,
@@ -358,7 +378,10 @@ def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], wha
             lines.append(T("oob_past", name=r.name, n=(hi - r.end) // r.itemsize))
         elif lo < r.start:
             lines.append(T("oob_before", name=r.name, n=(r.start - lo) // r.itemsize))
-        if accessed is not None and not ((accessed >= r.start) & (accessed + itemsize <= r.end)).any():
+        wrapped = next((w for w in regions if _inside(addrs + (1 << 32) * w.itemsize, itemsize, w)), None)
+        if wrapped is not None:
+            cause = T("oob_cause_int32", name=wrapped.name)
+        elif accessed is not None and not ((accessed >= r.start) & (accessed + itemsize <= r.end)).any():
             cause = T("oob_cause_offsets", name=r.name)
     lines.append(cause)
     return "".join(lines)  # each sentence after the first brings its own space (none in Chinese)
@@ -470,6 +493,16 @@ def install_interpreter_bounds_check() -> bool:
         return args_hst, kwargs_hst
 
     executor_cls._init_args_hst = _init_args_hst
+    orig_restore = executor_cls._restore_args_dev
+
+    def _restore_args_dev(self, args_dev, args_hst, kwargs, kwargs_hst):
+        # CPU tensors are their own host copies (the interpreter ran on their storage): copying each whole storage
+        # back onto itself would touch every page of it, a view's gaps included (notebook 10's far pages)
+        values = [*args_dev, *kwargs.values()]
+        if all(a.device.type == "cpu" for a in _tensors_in(values)):
+            return None
+        return orig_restore(self, args_dev, args_hst, kwargs, kwargs_hst)
+    executor_cls._restore_args_dev = _restore_args_dev
     original_set_grid_idx = builder_cls.set_grid_idx
 
     def set_grid_idx(self, x, y, z):

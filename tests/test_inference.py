@@ -261,7 +261,8 @@ def test_a_wrapper_that_does_not_validate_fails_only_the_bad_argument_cases(monk
 # ---- mutants: each fails and is named -----------------------------------------------------------------------------
 FEW = {
     "decode_specs": ("one_query", "four_queries", "empty_rows", "empty_rows_splits", "strided", ("splits", 3)),
-    "paged_specs": ("shuffled_16", "pages_64", "empty_rows_splits", ("splits", 3)),
+    "paged_specs": ("shuffled_16", "pages_64", "empty_rows_splits", ("splits", 3), ("far_pages", 16),
+                    ("far_pages", 64)),
     "varlen_specs": ("v_chunked_causal", "v_gqa", "v_zero_one", "v_q_much_longer"),
 }
 
@@ -333,12 +334,19 @@ MUTANTS = [
      "looks like: wrong K/V head for GQA"),
     ("flash_attention_varlen", "H // k.shape[1], sm_scale * LOG2E", "H // k.shape[1], LOG2E",
      "looks like: scale missing"),
+    # int32 page offsets: passed every case until the far-pages cases (a learner walkthrough, 2026-12-01)
+    ("flash_decode_paged", "                k_rows = page.to(tl.int64) * stride_kb",
+     "                k_rows = page.to(tl.int32) * stride_kb", "int32 offset that wrapped"),
+    ("flash_decode_paged", "page = tl.load(BlockTable + b * stride_tb + n0 // PAGE_SIZE).to(tl.int64)",
+     "page = tl.load(BlockTable + b * stride_tb + n0 // PAGE_SIZE)", "int32 offset that wrapped"),
 ]
 
 
 @pytest.mark.parametrize("ex_id, old, new, named", MUTANTS,
                          ids=[f"{i}: {m[3].removeprefix('looks like: ')[:60]}" for i, m in enumerate(MUTANTS)])
 def test_mutants_fail_and_are_named(ex_id, old, new, named, few_cases):
+    if "int32" in named and not ENV.interpreter:
+        pytest.skip("the far-pages cases run on the interpreter only (on a GPU a wrapped offset ends the context)")
     r = check(ex_id, mutant(ex_id, old, new), seed=1)
     assert not r.passed
     assert named in str(r), str(r)
@@ -383,3 +391,21 @@ def test_a_chinese_report_is_in_chinese(index, few_cases):
         messages.set_language(None)
     text = str(r)
     assert not r.passed and "看起来像：" in text and not _english_runs(text), _english_runs(text)[:5]
+
+
+@pytest.mark.skipif(not ENV.interpreter, reason="the far-pages cases are the interpreter's")
+def test_far_pages_are_graded_in_process_and_left_out_of_batch_grading():
+    from grader.checking import in_process, run_cases
+    from grader.results import CheckResult
+
+    ex = get("flash_decode_paged")
+    far = [s for name, s in inference.paged_specs(ENV) if s.get("far_pages")]
+    assert len(far) == 2
+    case = inference.paged_case(ENV, torch.Generator().manual_seed(0), "far", **far[0])
+    k = case.placed["k_pages"]
+    assert k.storage_offset() + k.stride(0) * (k.shape[0] - 1) >= 2 ** 31 and case.in_process_only
+    fn = grader.reference("flash_decode_paged")
+    result = CheckResult(ex.id, "", "", 0, [])
+    run_cases(ex, ENV, 0, in_process(fn), result, reference=None, timeout=60, isolated=True)
+    assert result.cases and not any("2**31" in c.name for c in result.cases)
+    assert [c.index for c in result.cases] == list(range(1, len(result.cases) + 1))

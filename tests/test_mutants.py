@@ -58,6 +58,9 @@ FA = [
     ("q = tl.load(q_ptrs, mask=mask_m[:, None] & mask_d[None, :], other=0.0)", "q = tl.load(q_ptrs)",
      "out-of-bounds" if grader.setup(quiet=True).interpreter else "NaN"),
     ('s = tl.where(mask_n[None, :], s, float("-inf"))\n', "\n", "looks like: padded keys not masked"),
+    # int32 program ids: passed every case until the far-batches case (a learner walkthrough, 2026-12-01)
+    *([("off_bh = tl.program_id(1).to(tl.int64)", "off_bh = tl.program_id(1)", "int32 offset that wrapped")]
+      if grader.setup(quiet=True).interpreter else []),
     # two that passed every case until 2026-12-01 (a learner walkthrough found them)
     ("hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M + CAUSAL_OFFSET)\n",
      "hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M + CAUSAL_OFFSET - 1)\n",

@@ -321,6 +321,9 @@ def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=
     perm = perm_of["k"]
     placed, guards = {}, []
     for key, t in drawn.items():
+        if layout == "far":  # batch b starts b · FAR_BATCH_STRIDE elements in: the last batch past 2**31
+            placed[key] = far_batches(t)
+            continue
         placed[key], g = place(t, key, guard, perm_of[key])
         guards += g
     all_tags = set(tags) | {dtype_tag(dtype)}
@@ -339,9 +342,26 @@ def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=
                          dtype=dtype, shapes=shape_txt, inputs=dict(placed), guards=guards,
                          tags=frozenset(all_tags), q=drawn["q"], k=drawn["k"], v=drawn["v"], placed=placed,
                          causal=causal, sm_scale=sm_scale, layout=layout, two_d=two_d, block_m=block_m,
-                         block_n=block_n)
+                         block_n=block_n, in_process_only=layout == "far")
     case.args, case.kwargs = call(case)
     return case
+
+
+FAR_BATCH_STRIDE = (1 << 30) + (1 << 16)  # fits in int32; twice it does not
+FAR_FRONT = 1 << 31  # elements of untouched storage before a far tensor: an offset that wrapped lands there
+
+
+def far_batches(t: torch.Tensor) -> torch.Tensor:
+    """t (B, ...) as a view whose batches lie FAR_BATCH_STRIDE elements apart, FAR_FRONT elements into a storage
+    that is otherwise never touched (the OS gives untouched memory no pages): with B = 3 the last batch starts past
+    2**31 elements, so an offset computed in int32 wraps, and lands in the front gap, where no tensor is."""
+    per = t[0].numel()
+    if per > FAR_BATCH_STRIDE:
+        raise ValueError(f"a batch of {per} elements does not fit FAR_BATCH_STRIDE")
+    storage = torch.empty(FAR_FRONT + (t.shape[0] - 1) * FAR_BATCH_STRIDE + per, dtype=t.dtype, device=t.device)
+    view = storage.as_strided(t.shape, (FAR_BATCH_STRIDE, *t.contiguous()[0].stride()), FAR_FRONT)
+    view.copy_(t)
+    return view
 
 
 def builder(env: Environment, name: str, **spec) -> CaseBuilder:

@@ -86,6 +86,10 @@ class Case:
     #: the order the interpreter runs the grid's programs in: last to first, so that a store that spills into the
     #: next program's elements is not hidden by that program writing them again afterwards (a GPU runs any order)
     program_order: str = "reverse"
+    #: a case batch grading leaves out: its tensors are views of storages far larger than themselves (offsets past
+    #: 2**31), which a child process could neither receive (torch.save sends whole storages) nor map under its
+    #: address-space limit
+    in_process_only: bool = False
 
     def call_args(self) -> tuple[tuple, dict]:
         return self.args, self.kwargs

@@ -59,6 +59,8 @@ CASES = catalogue("exercises.flash.cases", {
     "gqa": ("GQA: 6 heads share 2 K/V heads", "GQA：6 个头共享 2 个 K/V 头"),
     "strided": ("(B, N, H, D) views: non-contiguous strides", "(B, N, H, D) 视图：非连续步长"),
     "mixed_layouts": ("q, k and v in three different layouts", "q、k、v 三种不同的布局"),
+    "far_batches": ("the last batch more than 2**31 elements into q, k and v (int64 offsets)",
+                    "最后一个 batch 在 q、k、v 中的位置超过 2**31 个元素（偏移要用 int64）"),
     "br_decode": ("causal bottom-right, 4 queries after 300 keys (decoding)",
                   "因果右下对齐，300 个 key 之后的 4 个 query（解码）"),
     "br_empty_rows": ("causal bottom-right, Nq > Nk: rows that see no key",
@@ -186,6 +188,9 @@ def full_attention_builders(env, bottom_right: bool = False) -> list[CaseBuilder
         c(case_name("fp32"), H=2, Nq=64, Nk=130, D=64, dtype=f32, tags={"ragged", "multi-block"}),
         c(case_name("head_dim_256"), Nq=64, Nk=96, D=256, dtype=f16, tags={"ragged"}),
     ]
+    if env.interpreter:  # offsets past 2**31 (on a GPU a wrapped one is an illegal address, ending the context)
+        cases.append(c(case_name("far_batches"), B=3, H=2, Nq=40, Nk=70, D=32, dtype=f16, layout="far",
+                       tags={"ragged", "batch"}))
     if not env.interpreter:
         cases.append(c(case_name("long"), H=2, Nq=4096, Nk=4096, D=128, dtype=f16, tags={"multi-block"}))
     if bf16_graded(env):

@@ -286,6 +286,8 @@ CASES = catalogue("exercises.inference.cases", {
     "large": ("large-magnitude scores, num_splits=3", "数值很大的分数，num_splits=3"),
     "heads_apart": ("two heads of one K/V group whose scores are 80× apart, num_splits=3",
                     "同一个 K/V 组里两个 head 的分数相差 80 倍，num_splits=3"),
+    "far_pages": ("pages of {n} tokens more than 2**31 elements into the pool (int64 offsets)",
+                  "{n} 个 token 一页，页在页池中的位置超过 2**31 个元素（偏移要用 int64）"),
     "odd_pages": ("16-token pages, an odd number of pages per sequence", "16 个 token 一页，每条序列的页数为奇数"),
     "explicit_scale": ("explicit sm_scale", "显式传入 sm_scale"),
     "long": ("long context, num_splits chosen by the function", "长上下文，num_splits 由函数自己决定"),
@@ -472,12 +474,14 @@ def decode_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, 
 def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H_kv=None, Nq=1, page_size=16,
                pages_per_seq=8, D=64, dtype=torch.float16, lengths=None, order="shuffled", shared_pages=0,
                unused="zero", extra_pages=3, sm_scale=None, num_splits=None, magnitude=1.0, head_scales=None,
-               layout="contiguous", tags=()) -> ServingCase:
+               layout="contiguous", far_pages=False, tags=()) -> ServingCase:
     """flash_decode_paged: the case is drawn as a contiguous cache (B, H_kv, pages_per_seq · page_size, D), which
     the answer is computed from, then scattered into the pages of a pool (order "identity": sequence b's page p is
     pool page b·pages_per_seq + p; "shuffled": a random permutation). shared_pages: sequences 0 and 1 start with the
     same tokens and share those pages (prefix sharing). unused: what the table holds past each sequence's pages
-    ("zero": page 0, "minus_one": -1, "huge": a page number far past the pool)."""
+    ("zero": page 0, "minus_one": -1, "huge": a page number far past the pool). far_pages: the pool's pages lie
+    FAR_PAGE_STRIDE elements apart, so that the sequences' pages start past 2**31 elements: an int32 offset wraps
+    (the pool is a view of untouched memory, so nothing is allocated for the gaps)."""
     H_kv = H if H_kv is None else H_kv
     n_ctx = pages_per_seq * page_size
     lengths = list(lengths) if lengths is not None else _draw_lengths(gen, B, min(Nq, n_ctx), n_ctx)
@@ -493,6 +497,11 @@ def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H
     pool_k = randn((num_pages, H_kv, page_size, D), gen, dtype, "cpu", magnitude)  # stale pages
     pool_v = randn((num_pages, H_kv, page_size, D), gen, dtype, "cpu")
     perm = torch.arange(num_pages) if order == "identity" else torch.randperm(num_pages, generator=gen)
+    if far_pages:  # the first FAR_PAGES pages are never used: every sequence's pages lie past 2**31 elements
+        first = FAR_PAGES - num_pages // 2  # ... or straddle it: some offsets fit in int32, some do not
+        pool_k, pool_v = (_far_pool(t, first) for t in (pool_k, pool_v))
+        perm = perm + first
+        num_pages += first
     fill = {"zero": 0, "minus_one": -1, "huge": HUGE_PAGE}[unused]
     table = torch.full((B, pages_per_seq), fill, dtype=torch.int32)
     nxt = 0
@@ -519,6 +528,9 @@ def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H
     perm4 = (0, 2, 1, 3) if strided else None
     placed, guards = {}, []
     for key, t in (("q", q), ("k_pages", pool_k), ("v_pages", pool_v)):
+        if far_pages and key != "q":  # no guarded copy: that would allocate the gaps
+            placed[key] = t
+            continue
         placed[key], g = place(t, key, True, perm4)
         guards += g
     placed["block_table"], _ = place(table, "block_table", False)
@@ -535,9 +547,26 @@ def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H
         expected=oracle.decode_attention(q, k, v, seqlens, sm_scale),
         shapes=f"q {tuple(q.shape)}, k/v pages {tuple(pool_k.shape)}, block_table {tuple(table.shape)}, "
                f"cache_seqlens {_lengths_text(lengths)}",
-        tags=frozenset(all_tags))
+        tags=frozenset(all_tags), in_process_only=far_pages)
     _decode_call(case, "q", "k_pages", "v_pages", "block_table", "cache_seqlens")
     return case
+
+
+FAR_PAGE_STRIDE = 1 << 26  # elements from one page of a far pool to the next
+FAR_PAGES = (1 << 31) // FAR_PAGE_STRIDE  # the first page index whose offset needs more than int32
+
+
+def _far_pool(pages: torch.Tensor, first: int) -> torch.Tensor:
+    """`pages` as pages first, first + 1, ... of a pool whose pages lie FAR_PAGE_STRIDE elements apart; the pages
+    before `first` hold nothing and are never touched (the OS gives the untouched gaps no memory). The pool starts
+    2**31 elements into its storage: an int32 offset that wrapped lands in that gap, where no tensor is, and the
+    bounds check says so (without it, it could land in the other pool and read wrong values without a word)."""
+    n, rest = pages.shape[0] + first, pages[0].numel()
+    front = 1 << 31
+    storage = torch.empty(front + (n - 1) * FAR_PAGE_STRIDE + rest, dtype=pages.dtype, device=pages.device)
+    pool = storage.as_strided((n, *pages.shape[1:]), (FAR_PAGE_STRIDE, *pages[0].stride()), front)
+    pool[first:] = pages
+    return pool
 
 
 def _offsets(lengths) -> list[int]:
@@ -670,6 +699,11 @@ def paged_specs(env: Environment) -> list[tuple[str, dict]]:
                                   num_splits=3)),
         (case_name("heads_apart"), dict(B=1, H=2, H_kv=1, page_size=16, pages_per_seq=on(env, 32, 12),
                                         head_scales=(80.0, 1.0), num_splits=3, tags=("heads-apart",))),
+        # offsets past 2**31 elements: page index × page stride must be computed in int64. Interpreter only: on a
+        # GPU a wrapped offset is an illegal address, which ends the CUDA context (the learner's session)
+        *([(case_name("far_pages", n=ps), dict(B=2, H=2, H_kv=1, page_size=ps, pages_per_seq=pps, D=32,
+                                               far_pages=True)) for ps, pps in ((16, 3), (64, 2))]
+          if env.interpreter else []),
         # a key block wider than a page reaches past the block table's last column: its lookups need their mask
         (case_name("odd_pages"), dict(B=2, H=2, H_kv=1, page_size=16, pages_per_seq=5, D=32, lengths=[80, 80])),
         (case_name("explicit_scale"), dict(B=2, H=2, H_kv=1, Nq=2, page_size=32, pages_per_seq=on(env, 16, 4),
