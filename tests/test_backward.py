@@ -73,6 +73,12 @@ PYTORCH = [
     ("    p = torch.exp(s - lse.to(work)[..., None])",
      "    p = torch.exp2(s * 1.4426950408889634 - lse.to(work)[..., None])", "lse read as log2 units"),
     ("    p = torch.exp(s - lse.to(work)[..., None])", "    p = torch.exp(s)", "P not normalised"),
+    # named since a learner walkthrough (2026-12-01)
+    ("    dk = dk_h.unflatten(1, (k.shape[1], group)).sum(dim=2)",
+     "    dk = dk_h.unflatten(1, (group, k.shape[1])).sum(dim=1)", "GQA: dK/dV summed over the wrong query heads"),
+    ("        keep = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()",
+     "        keep = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(s.shape[-1] - s.shape[-2])",
+     "bottom-right causal mask in the backward"),
 ]
 
 
@@ -102,6 +108,10 @@ KERNEL = [
      # dK/dV tiles have fewer query rows than keys (as on the GPU), so a transposed dS does not even compile
      "    dk = tl.dot(tl.trans(ds_t).to(q.dtype), q, dk, input_precision=DOT_PRECISION)", "equal reduction dimensions"),
     ("    lse2 = lse * 1.4426950408889634", "    lse2 = lse", "looks like: lse read as log2 units"),
+    ("    p = tl.math.exp2(s * qk_scale - lse2[:, None])", "    p = tl.exp(s * qk_scale - lse2[:, None])",
+     "looks like: tl.exp on base-2 exponents"),
+    ("    p = tl.math.exp2(s * qk_scale - lse2[:, None])", "    p = tl.math.exp2((s - lse2[:, None]) * qk_scale)",
+     "looks like: lse multiplied by the scale too"),
 ]
 
 
@@ -128,6 +138,8 @@ FORWARD = [
      "looks like: lse in log2 units"),
     ("    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453", "    lse = tl.math.log2(l_i) * 0.6931471805599453",
      "looks like: lse without the max"),
+    ("    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453",
+     "    lse = m_i * 0.6931471805599453 + tl.math.log2(l_i)", "looks like: lse with its two parts in different log"),
     ("    lse = torch.empty((batch, n_heads, n_q), dtype=lse_dtype, device=q.device)",
      "    lse = torch.empty((batch, n_heads, n_q), dtype=q.dtype, device=q.device)", "expected float32"),
 ]

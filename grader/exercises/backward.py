@@ -49,6 +49,7 @@ from .base import (
 from .flash import bad_argument_builders
 
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 GRADS = ("dq", "dk", "dv")
 BLOCKS = (16, 32, 64, 128)  # the block sizes a learner's kernel plausibly uses (bug simulations try each)
 
@@ -203,6 +204,27 @@ T = catalogue("exercises.backward", {
                            "are the sum of theirs (one dK/dV program walks all of them), not one head's",
                            "K/V 头 h_kv 被 h_kv·G … h_kv·G + G − 1 这 {group} 个查询头读取：它的 dK 和 dV 是这些头"
                            "的梯度之和（一个 dK/dV program 要把它们都走一遍），而不是其中某一个头的"),
+    "bug_gqa_wrong_heads": ("GQA: dK/dV summed over the wrong query heads", "GQA：dK/dV 求和时取错了查询头"),
+    "why_gqa_wrong_heads": ("K/V head j is read by the G consecutive query heads j·G … j·G + G − 1 (h // G, as "
+                            "repeat_interleave expands it); these dK/dV summed the heads h with h % H_kv = j instead "
+                            "(torch's repeat)",
+                            "K/V 头 j 被连续的 G 个查询头 j·G … j·G + G − 1 读取（h // G，与 repeat_interleave 的展开"
+                            "方式一致）；这里的 dK/dV 却把 h % H_kv = j 的那些头加在了一起（torch 的 repeat）"),
+    "bug_exp_base2": ("tl.exp on base-2 exponents", "对以 2 为底的指数用了 tl.exp"),
+    "why_exp_base2": ("with qk_scale = sm_scale·log₂e and lse₂ = lse·log₂e the exponent s·qk_scale − lse₂ is in base "
+                      "2: P = exp2 of it; tl.exp of it gives P^log₂e",
+                      "qk_scale = sm_scale·log₂e、lse₂ = lse·log₂e 时，指数 s·qk_scale − lse₂ 是以 2 为底的："
+                      "P 要对它取 exp2；对它取 tl.exp 得到的是 P^log₂e"),
+    "bug_lse_scaled": ("lse multiplied by the scale too", "lse 也被乘上了 scale"),
+    "why_lse_scaled": ("L is already the log-sum-exp of the scaled scores: P = exp2(s·qk_scale − lse·log₂e); "
+                       "(s − lse₂)·qk_scale scales L a second time",
+                       "L 本身就是缩放后分数的 log-sum-exp：P = exp2(s·qk_scale − lse·log₂e)；"
+                       "(s − lse₂)·qk_scale 把 L 又缩放了一次"),
+    "bug_br_backward": ("bottom-right causal mask in the backward", "反向里的因果掩码按右下对齐"),
+    "why_br_backward": ("the forward (SDPA's is_causal) masks j > i, top-left; the backward's P was masked "
+                        "bottom-right (j > i + N_k − N_q): use the forward's mask",
+                        "前向（SDPA 的 is_causal）屏蔽的是 j > i，左上对齐；反向重算 P 时却按右下对齐"
+                        "（j > i + N_k − N_q）加了掩码：要用和前向一样的掩码"),
     "bug_causal_missing": ("causal mask missing in the backward", "反向里漏了因果掩码"),
     "why_causal_missing": ("the forward masked keys j > i but the backward's recomputed P does not: apply the same "
                            "mask to P (P_ij = 0, hence dS_ij = 0, for j > i) in both kernels",
@@ -232,6 +254,13 @@ T = catalogue("exercises.backward", {
     "lse_bug_unscaled": ("lse of the unscaled scores", "lse 是用未缩放的分数算的"),
     "lse_why_unscaled": ("L is the log-sum-exp of the scaled scores S = scale · q kᵀ",
                          "L 是缩放后的分数 S = scale · q kᵀ 的 log-sum-exp"),
+    "lse_bug_mixed": ("lse with its two parts in different log bases", "lse 的两部分用了不同的对数底"),
+    "lse_why_mixed": ("in base-2 units the kernel's row state is m₂ = m·log₂e and ℓ = Σ 2^(s₂ − m₂), so "
+                      "L = (m₂ + log₂ ℓ)·ln 2 = m + ln ℓ: here the max and the log of the sum were converted "
+                      "differently (e.g. ln ℓ multiplied by ln 2, or log₂ ℓ added to the natural max)",
+                      "以 2 为底时，kernel 每行的状态是 m₂ = m·log₂e 和 ℓ = Σ 2^(s₂ − m₂)，所以 "
+                      "L = (m₂ + log₂ ℓ)·ln 2 = m + ln ℓ：这里最大值和求和的对数换算得不一样（比如把 ln ℓ 也乘了 "
+                      "ln 2，或者把 log₂ ℓ 直接加到了自然底的最大值上）"),
 })
 
 #: case names (English inside the grader: code and tests select cases by them; reports show the Chinese). Names that
@@ -448,6 +477,8 @@ def _fold(t: torch.Tensor, h_kv: int, group: int, how: str = "sum") -> torch.Ten
     if group == 1:
         return t
     g = t.unflatten(1, (h_kv, group))
+    if how == "interleaved":  # K/V head j gets the query heads h with h % h_kv == j
+        return t.unflatten(1, (group, h_kv)).sum(1)
     return {"sum": g.sum(2), "first": g[:, :, 0], "last": g[:, :, -1]}[how]
 
 
@@ -559,6 +590,12 @@ def grad_bugs(case: BackwardCase, *, kernel: bool, o: torch.Tensor | None = None
     if sim.group > 1:
         bugs.append(GradBug(T("bug_gqa_not_summed"), T("why_gqa_not_summed", group=sim.group),
                             (lambda: sim.grads(fold="first"), lambda: sim.grads(fold="last"))))
+        if sim.h_kv > 1:
+            bugs.append(GradBug(T("bug_gqa_wrong_heads"), T("why_gqa_wrong_heads"),
+                                (lambda: sim.grads(fold="interleaved"),)))
+    if case.causal and case.n_q != case.n_k:
+        br = oracle.causal_mask(case.n_q, case.n_k, align="bottom_right")
+        bugs.append(GradBug(T("bug_br_backward"), T("why_br_backward"), (lambda: sim.grads(sim.p(br)),)))
     if case.causal:
         full = torch.ones_like(sim.visible)
         sims = [lambda: sim.grads(sim.p(full))]
@@ -580,6 +617,10 @@ def grad_bugs(case: BackwardCase, *, kernel: bool, o: torch.Tensor | None = None
     if kernel:
         sims = tuple(lambda b=b, msk=msk: sim.grads(_block_max_p(sim, b, msk)) for b in BLOCKS for msk in (False, True))
         bugs.append(GradBug(T("bug_block_max"), T("why_block_max"), sims))
+        bugs.append(GradBug(T("bug_exp_base2"), T("why_exp_base2"),
+                            (lambda: sim.grads(sim.p(raw=sim.raw * LOG2E, lse=sim.lse * LOG2E)),)))
+        bugs.append(GradBug(T("bug_lse_scaled"), T("why_lse_scaled"),
+                            (lambda: sim.grads(sim.p(lse=sim.lse * LOG2E * sim.scale)),)))
     return bugs
 
 
@@ -784,6 +825,8 @@ def lse_bugs(case: AttentionCase) -> list[tuple[str, str, torch.Tensor]]:
         (T("lse_bug_max_alone"), T("lse_why_max_alone"), m),
         (T("lse_bug_no_log"), T("lse_why_no_log"), m + torch.exp(lse - m)),
         (T("lse_bug_unscaled"), T("lse_why_unscaled"), torch.logsumexp(s / case.scale, -1)),
+        (T("lse_bug_mixed"), T("lse_why_mixed"), m + (lse - m) * LN2),
+        (T("lse_bug_mixed"), T("lse_why_mixed"), m + (lse - m) * LOG2E),
     ]
 
 
