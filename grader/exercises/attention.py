@@ -357,7 +357,7 @@ def far_batches(t: torch.Tensor) -> torch.Tensor:
     2**31 elements, so an offset computed in int32 wraps, and lands in the front gap, where no tensor is."""
     per = t[0].numel()
     if per > FAR_BATCH_STRIDE:
-        raise ValueError(f"a batch of {per} elements does not fit FAR_BATCH_STRIDE")
+        raise ValueError(f"a batch of {per} elements does not fit FAR_BATCH_STRIDE")  # not shown: a case's spec
     storage = torch.empty(FAR_FRONT + (t.shape[0] - 1) * FAR_BATCH_STRIDE + per, dtype=t.dtype, device=t.device)
     view = storage.as_strided(t.shape, (FAR_BATCH_STRIDE, *t.contiguous()[0].stride()), FAR_FRONT)
     view.copy_(t)
