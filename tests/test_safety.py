@@ -140,4 +140,4 @@ def test_a_store_into_the_next_programs_block_is_found_and_explained():
     assert torch.equal(_add_spilling(x, y), x + y)  # forward order, as Triton's interpreter runs it
     r = grader.check("vector_add", _add_spilling, quiet=True, record=False)
     failing = [c for c in r.cases if not c.passed]
-    assert failing and all(any("last to first" in h for h in c.hints) for c in failing), str(r)
+    assert failing and any("last to first" in h for h in failing[0].hints), str(r)  # the first wrong output tells

@@ -168,6 +168,10 @@ T = catalogue("exercises.backward", {
                        "what was expected, before launching anything",
                        "只有非法参数用例未通过：在启动任何 kernel 之前抛出 ValueError，写明是哪个参数（o、lse、"
                        "do……）、期望的是什么"),
+    "hint_forward_gqa": ("only the grouped-query cases fail: query head h reads K/V head h // (H // H_kv), and writes "
+                         "o and lse at its own head h (off_h, not off_hkv)",
+                         "只有 GQA 用例未通过：query 头 h 读的是 K/V 头 h // (H // H_kv)，写 o 和 lse 时却要写在它自己"
+                         "的头 h 上（用 off_h，不是 off_hkv）"),
     "hint_forward_arguments": ("only the bad-argument cases fail: the wrapper must raise ValueError, naming the "
                                "argument and what was expected, before it launches anything",
                                "只有非法参数用例未通过：封装函数必须在启动任何 kernel 之前抛出 ValueError，"
@@ -888,9 +892,9 @@ class FlashAttentionForward(AttentionExercise):
 
     triton = True
     bug_families = (scale_and_mask_bugs, softmax_bugs, layout_bugs)
-    hint_texts = pick("causal", "ragged", "gqa", "strided", "large", "multi-block", "scale", "pad-d", "batch",
+    hint_texts = pick("causal", "ragged", "strided", "large", "multi-block", "scale", "pad-d", "batch",
                       "heads", "dtype:float16", "dtype:float32", "dtype:bfloat16", "repeat",
-                      arguments=T.later("hint_forward_arguments"))
+                      gqa=T.later("hint_forward_gqa"), arguments=T.later("hint_forward_arguments"))
 
     def judge(self, out, case: BackwardCase, res, device) -> bool:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
