@@ -6,11 +6,12 @@
 #                                bash results/h200/next_gpu_session.sh B     (Gluon and varlen benchmarks)
 #                                bash results/h200/next_gpu_session.sh C     (suite --backward, speed case, proton)
 #                                bash results/h200/next_gpu_session.sh D     (nbval of notebooks 08 and 11, if time is left)
+#                                bash results/h200/next_gpu_session.sh E     (every reference on the cases added 12-01)
 #
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A, B, C or D}
+part=${1:?part A, B, C, D or E}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -57,5 +58,9 @@ case $part in
   D)
     step nbval_08_11 500 python3 -m pytest -q --nbval-lax notebooks/08_performance.ipynb notebooks/11_hopper_gluon.ipynb
     ;;
-  *) echo "part must be A, B, C or D" >&2; exit 2 ;;
+  E)
+    step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
+      flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
+    ;;
+  *) echo "part must be A, B, C, D or E" >&2; exit 2 ;;
 esac
