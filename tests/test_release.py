@@ -98,9 +98,22 @@ def test_a_release_folder_is_only_overwritten_when_it_is_one(rel, tmp_path):
         release.write_release(ROOT, ROOT / "release-here")
 
 
+def test_release_notebooks_are_the_learner_notebooks_but_for_their_setup_cell(rel):
+    """So the README's nbval of notebooks/ covers the release's code cells, and the release's own nbval (below) need
+    only run the few that show its grader, bundle and setup cell at work."""
+    for nb in sorted((rel / "notebooks").rglob("*.ipynb")):
+        if nb.name == "01_filled_in.ipynb":
+            continue
+        ours = ROOT / nb.relative_to(rel)
+        code = [[build._src(c) for c in json.loads(p.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+                for p in (nb, ours)]
+        assert len(code[0]) == len(code[1]) and code[0][1:] == code[1][1:], nb.relative_to(rel)
+
+
 def test_nbval_in_the_release(rel, tmp_path):
-    """The learner notebooks run as in the repository, and a filled-in notebook passes its checks with the
-    references from the bundle (the grader imported is the release's own)."""
+    """Learner notebooks run in the release as in the repository (a few: the rest have the same code cells, test
+    above), a filled-in notebook passes its checks with the references from the bundle (the grader imported is the
+    release's own), and every exercise's reference loads from the bundle."""
     shutil.copy(ROOT / "solutions" / "01_naive_attention.ipynb", rel / "notebooks" / "01_filled_in.ipynb")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FA_COURSE_", "PYTHON"))}
     env.update(PYTHONPATH=str(rel), FA_COURSE_PROGRESS=str(tmp_path / "progress.json"), MPLBACKEND="Agg",
@@ -115,8 +128,17 @@ def test_nbval_in_the_release(rel, tmp_path):
     assert shown.returncode == 0, shown.stderr[-2000:]
     count, todo, explanation = shown.stdout.split(" ", 2)
     assert count == "1" and todo == "True" and re.search(r"[\u4e00-\u9fff]", explanation), shown.stdout
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
-                          "notebooks"], cwd=rel, env=env, capture_output=True, text=True, timeout=900)
+    loaded = subprocess.run([sys.executable, "-c", "import grader; from grader import exercises; "
+                             "print(sum(callable(grader.reference(i)) for i in exercises.EXERCISES), "
+                             "len(exercises.EXERCISES))"], cwd=rel, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    n_loaded, n_all = loaded.stdout.split()
+    assert n_loaded == n_all, loaded.stdout
+    few = ["notebooks/00_setup.ipynb", "notebooks/01_filled_in.ipynb", "notebooks/zh/02_online_softmax.ipynb",
+           "notebooks/06_flash_attention.ipynb"]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider", *few],
+                         cwd=rel, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     progress = json.loads((tmp_path / "progress.json").read_text(encoding="utf-8"))
     assert progress["naive_attention"]["passed"], progress  # the filled-in notebook's check passed in the release
