@@ -339,7 +339,7 @@ def _tensors_in(values) -> list[torch.Tensor]:
     found = []
     for value in values:
         for item in value if isinstance(value, tuple) else (value,):
-            base = getattr(item, "base", item)
+            base = getattr(item, "base", item)  # tensor descriptors carry their tensor as .base
             if isinstance(base, torch.Tensor):
                 found.append(base)
     return found
@@ -348,18 +348,16 @@ def _tensors_in(values) -> list[torch.Tensor]:
 def _regions_of(names, values) -> list[_Region]:
     regions: list[_Region] = []
     for name, value in zip(names, values):
-        items = value if isinstance(value, tuple) else (value,)
-        for item in items:
-            base = getattr(item, "base", item)  # tensor descriptors carry their tensor as .base
-            if isinstance(base, torch.Tensor):
-                r = _tensor_region(name, base)
-                if r is not None:
-                    regions.append(r)
+        for base in _tensors_in([value]):
+            r = _tensor_region(name, base)
+            if r is not None:
+                regions.append(r)
     return regions
 
 
-def _inside(addrs: np.ndarray, itemsize: int, r: _Region) -> bool:
-    return bool(((addrs >= r.start) & (addrs + itemsize <= r.end)).all())
+def _in_region(addrs: np.ndarray, itemsize: int, r: _Region) -> np.ndarray:
+    """Which of the byte addresses `addrs` (each the start of an itemsize-byte access) lie wholly inside r."""
+    return (addrs >= r.start) & (addrs + itemsize <= r.end)
 
 
 def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], what: str, grid_idx,
@@ -378,10 +376,10 @@ def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], wha
             lines.append(T("oob_past", name=r.name, n=(hi - r.end) // r.itemsize))
         elif lo < r.start:
             lines.append(T("oob_before", name=r.name, n=(r.start - lo) // r.itemsize))
-        wrapped = next((w for w in regions if _inside(addrs + (1 << 32) * w.itemsize, itemsize, w)), None)
+        wrapped = next((w for w in regions if _in_region(addrs + (1 << 32) * w.itemsize, itemsize, w).all()), None)
         if wrapped is not None:
             cause = T("oob_cause_int32", name=wrapped.name)
-        elif accessed is not None and not ((accessed >= r.start) & (accessed + itemsize <= r.end)).any():
+        elif accessed is not None and not _in_region(accessed, itemsize, r).any():
             cause = T("oob_cause_offsets", name=r.name)
     lines.append(cause)
     return "".join(lines)  # each sentence after the first brings its own space (none in Chinese)
@@ -401,7 +399,7 @@ def _check_access(builder: Any, ptrs: Any, mask: Any | None, what: str) -> None:
     itemsize = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
     inside = np.zeros(addrs.shape, dtype=bool)
     for r in regions:
-        inside |= (addrs >= r.start) & (addrs + itemsize <= r.end)
+        inside |= _in_region(addrs, itemsize, r)
     if not inside.all():
         raise OutOfBoundsAccess(_describe_miss(addrs[~inside], itemsize, regions, what,
                                                getattr(builder, "grid_idx", None), addrs))
