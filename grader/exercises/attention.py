@@ -25,6 +25,7 @@ from .base import (
     draw_choice,
     draw_int,
     dtype_tag,
+    far_view,
     on,
     place,
     randn,
@@ -322,7 +323,7 @@ def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=
     placed, guards = {}, []
     for key, t in drawn.items():
         if layout == "far":  # batch b starts b · FAR_BATCH_STRIDE elements in: the last batch past 2**31
-            placed[key] = far_batches(t)
+            placed[key] = far_view(t, FAR_BATCH_STRIDE)
             continue
         placed[key], g = place(t, key, guard, perm_of[key])
         guards += g
@@ -347,21 +348,7 @@ def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=
     return case
 
 
-FAR_BATCH_STRIDE = (1 << 30) + (1 << 16)  # fits in int32; twice it does not
-FAR_FRONT = 1 << 31  # elements of untouched storage before a far tensor: an offset that wrapped lands there
-
-
-def far_batches(t: torch.Tensor) -> torch.Tensor:
-    """t (B, ...) as a view whose batches lie FAR_BATCH_STRIDE elements apart, FAR_FRONT elements into a storage
-    that is otherwise never touched (the OS gives untouched memory no pages): with B = 3 the last batch starts past
-    2**31 elements, so an offset computed in int32 wraps, and lands in the front gap, where no tensor is."""
-    per = t[0].numel()
-    if per > FAR_BATCH_STRIDE:
-        raise ValueError(f"a batch of {per} elements does not fit FAR_BATCH_STRIDE")  # not shown: a case's spec
-    storage = torch.empty(FAR_FRONT + (t.shape[0] - 1) * FAR_BATCH_STRIDE + per, dtype=t.dtype, device=t.device)
-    view = storage.as_strided(t.shape, (FAR_BATCH_STRIDE, *t.contiguous()[0].stride()), FAR_FRONT)
-    view.copy_(t)
-    return view
+FAR_BATCH_STRIDE = (1 << 30) + (1 << 16)  # fits in int32; twice it does not (with B = 3: the last batch)
 
 
 def builder(env: Environment, name: str, **spec) -> CaseBuilder:

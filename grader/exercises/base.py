@@ -157,6 +157,24 @@ def place(t: torch.Tensor, name: str, guard: bool, perm: tuple[int, ...] | None 
     return t.clone(), []
 
 
+FAR_FRONT = 1 << 31  # elements of untouched storage before a far view: an offset that wrapped lands there
+
+
+def far_view(t: torch.Tensor, stride: int, skip: int = 0) -> torch.Tensor:
+    """t (N, ...) as entries skip, skip + 1, ... of a view whose entries along dim 0 lie `stride` elements apart,
+    FAR_FRONT elements into a storage that is otherwise never touched (the OS gives untouched memory no pages), so
+    offsets past 2**31 elements cost nothing; an int32 offset that wrapped lands in the front gap, where no tensor
+    is, and the interpreter's bounds check says so."""
+    per = t[0].numel()
+    if per > stride:
+        raise ValueError(f"an entry of {per} elements does not fit a stride of {stride}")  # not shown: a spec error
+    n = t.shape[0] + skip
+    storage = torch.empty(FAR_FRONT + (n - 1) * stride + per, dtype=t.dtype, device=t.device)
+    view = storage.as_strided((n, *t.shape[1:]), (stride, *t.contiguous()[0].stride()), FAR_FRONT)
+    view[skip:] = t
+    return view
+
+
 def bf16_graded(env: Environment) -> bool:
     """bf16 cases only where the GPU has bf16 tensor cores (sm_80+): torch counts emulation on older GPUs as support."""
     return not env.interpreter and env.capability is not None and tuple(env.capability) >= (8, 0)

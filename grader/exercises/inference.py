@@ -31,6 +31,7 @@ from .base import (
     draw_choice,
     draw_int,
     dtype_tag,
+    far_view,
     on,
     place,
     randn,
@@ -499,7 +500,7 @@ def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H
     perm = torch.arange(num_pages) if order == "identity" else torch.randperm(num_pages, generator=gen)
     if far_pages:  # the first FAR_PAGES pages are never used: every sequence's pages lie past 2**31 elements
         first = FAR_PAGES - num_pages // 2  # ... or straddle it: some offsets fit in int32, some do not
-        pool_k, pool_v = (_far_pool(t, first) for t in (pool_k, pool_v))
+        pool_k, pool_v = (far_view(t, FAR_PAGE_STRIDE, first) for t in (pool_k, pool_v))
         perm = perm + first
         num_pages += first
     fill = {"zero": 0, "minus_one": -1, "huge": HUGE_PAGE}[unused]
@@ -554,19 +555,6 @@ def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H
 
 FAR_PAGE_STRIDE = 1 << 26  # elements from one page of a far pool to the next
 FAR_PAGES = (1 << 31) // FAR_PAGE_STRIDE  # the first page index whose offset needs more than int32
-
-
-def _far_pool(pages: torch.Tensor, first: int) -> torch.Tensor:
-    """`pages` as pages first, first + 1, ... of a pool whose pages lie FAR_PAGE_STRIDE elements apart; the pages
-    before `first` hold nothing and are never touched (the OS gives the untouched gaps no memory). The pool starts
-    2**31 elements into its storage: an int32 offset that wrapped lands in that gap, where no tensor is, and the
-    bounds check says so (without it, it could land in the other pool and read wrong values without a word)."""
-    n, rest = pages.shape[0] + first, pages[0].numel()
-    front = 1 << 31
-    storage = torch.empty(front + (n - 1) * FAR_PAGE_STRIDE + rest, dtype=pages.dtype, device=pages.device)
-    pool = storage.as_strided((n, *pages.shape[1:]), (FAR_PAGE_STRIDE, *pages[0].stride()), front)
-    pool[first:] = pages
-    return pool
 
 
 def _offsets(lengths) -> list[int]:
