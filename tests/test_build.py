@@ -71,6 +71,18 @@ def test_tags_and_outputs():
     assert out["cells"][2]["metadata"]["tags"] == ["export"]  # the stub is inside a def: defining it is fine
 
 
+def test_a_cell_that_calls_into_a_stub_may_raise():
+    # On a GPU, a benchmark cell runs the learner's unfinished kernel even where the interpreter's guard skips it
+    # (notebook 10's plot_splits, found by nbval on the H200, 2026-12-02).
+    nb = _nb(_code("def kernel():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"),
+             _code("def wrapper(x):\n    if x < 0:\n        raise ValueError('x')\n    return kernel[(1,)]()\n"),
+             _code("def bench():\n    return do_bench(lambda: wrapper(1))\n\nif GPU:\n    bench()\n"),
+             _code("grader.check('wrapper', wrapper)\n"),
+             _code("def validate(x):\n    raise ValueError('x')\n\nvalidate(1)\n"))
+    tags = [c.get("metadata", {}).get("tags", []) for c in build.learner_notebook(nb, "t")["cells"]]
+    assert tags == [[], [], ["raises-exception"], [], []]  # grading passes the function, it does not call it
+
+
 def test_solutions_with_outputs_are_refused():
     cell = _code("x = 1\n")
     cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "1"}]

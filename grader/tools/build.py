@@ -234,9 +234,65 @@ def _raises_at_top_level(source: str) -> bool:
     return any(isinstance(n, ast.Raise) and not getattr(n, "_inside_def", False) for n in ast.walk(tree))
 
 
+def _is_stub(node) -> bool:
+    """`raise NotImplementedError("TODO: ...")`, as stub_source writes it (a wrapper's own ValueError is not)."""
+    exc = node.exc if isinstance(node, ast.Raise) else None
+    return (isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name) and exc.func.id == "NotImplementedError"
+            and bool(exc.args) and isinstance(exc.args[0], ast.Constant) and str(exc.args[0].value).startswith("TODO"))
+
+
+def _stub_reach(sources: list[str]) -> set[str]:
+    """Names of the functions (and kernels) whose body has a stub or uses such a name, over the whole notebook."""
+    defs: dict[str, set[str]] = {}
+    stubbed: set[str] = set()
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = list(ast.walk(node))
+                defs.setdefault(node.name, set()).update(
+                    n.id for n in body if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+                if any(_is_stub(n) for n in body):
+                    stubbed.add(node.name)
+    reach = set(stubbed)
+    while True:
+        more = {name for name, uses in defs.items() if name not in reach and uses & reach}
+        if not more:
+            return reach
+        reach |= more
+
+
+def _calls_at_top_level(source: str, names: set[str]) -> bool:
+    """Whether the cell's own code (lambdas included, function bodies not) calls one of `names`: `f(...)` or
+    `kernel[grid](...)`. Passing the function as a value, as `grader.check("id", f)` does, is not a call."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+
+    def visit(node) -> bool:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return False
+        if isinstance(node, ast.Call):
+            f = node.func.value if isinstance(node.func, ast.Subscript) else node.func
+            if isinstance(f, ast.Name) and f.id in names:
+                return True
+        return any(visit(child) for child in ast.iter_child_nodes(node))
+
+    return visit(tree)
+
+
 def learner_notebook(nb: dict, where: str) -> dict:
+    """The learner's version of one solution notebook. Besides the cells whose stub raises at top level, a cell that
+    calls a function reaching a stub gets nbval's raises-exception tag: on a GPU such a cell runs the learner's
+    unfinished kernel (on the interpreter a guard usually skips it, so only the GPU would notice)."""
     out = copy.deepcopy(nb)
     cells, removed_all = [], []
+    reach = _stub_reach([stub_source(_src(c), f"{where}, cell {i}")[0] for i, c in enumerate(out["cells"])
+                         if c["cell_type"] == "code" and SOLUTION_ONLY not in c.get("metadata", {}).get("tags", [])])
     for i, cell in enumerate(out["cells"]):
         tags = list(cell.get("metadata", {}).get("tags", []))
         if SOLUTION_ONLY in tags:
@@ -252,7 +308,8 @@ def learner_notebook(nb: dict, where: str) -> dict:
             if LEARNER_RAISES in tags:
                 tags.remove(LEARNER_RAISES)
                 tags.append(NBVAL_RAISES)
-            elif removed and _raises_at_top_level(src) and NBVAL_RAISES not in tags:
+            elif NBVAL_RAISES not in tags and ((removed and _raises_at_top_level(src))
+                                               or _calls_at_top_level(src, reach)):
                 tags.append(NBVAL_RAISES)
         if tags:
             cell.setdefault("metadata", {})["tags"] = tags

@@ -11,7 +11,7 @@
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A, B, C, D or E}
+part=${1:?part A, B, C, D, E or F}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -58,9 +58,17 @@ case $part in
   D)
     step nbval_08_11 500 python3 -m pytest -q --nbval-lax notebooks/08_performance.ipynb notebooks/11_hopper_gluon.ipynb
     ;;
+  F)  # the first call of a session where A and E must share one 10-minute call (2026-12-02)
+    step gluon_check1 70 python3 $G --check --steps 1
+    step gluon_check2 70 python3 $G --check --steps 2
+    step gluon_check3 70 python3 $G --check --steps 3
+    step varlen_tma_check 60 python3 results/h200/varlen_tma_2026-12-01.py --check
+    step references 290 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
+      flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
+    ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
-  *) echo "part must be A, B, C, D or E" >&2; exit 2 ;;
+  *) echo "part must be A, B, C, D, E or F" >&2; exit 2 ;;
 esac
