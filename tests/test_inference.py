@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import grader
 from grader import diagnosis, messages, oracle
 from grader.exercises import get, inference
-from grader.notebooks import export_source, load_source, solutions_dir
+from grader.notebooks import export_source, load_source, solution_module, solutions_dir
 from grader.tolerances import tolerance
 
 ENV = grader.setup(quiet=True)
@@ -409,3 +409,25 @@ def test_far_pages_are_graded_in_process_and_left_out_of_batch_grading():
     run_cases(ex, ENV, 0, in_process(fn), result, reference=None, timeout=60, isolated=True)
     assert result.cases and not any("2**31" in c.name for c in result.cases)
     assert [c.index for c in result.cases] == list(range(1, len(result.cases) + 1))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_varlen_tma_path_matches_the_oracle_on_the_interpreter(monkeypatch, causal):
+    # On a GPU the reference takes K/V by TMA descriptors on Hopper and newer; the interpreter runs that branch
+    # too when asked, so CI covers it: ragged lengths, an empty sequence, D padded (48 -> 64), GQA
+    mod = solution_module("10_inference")
+    monkeypatch.setattr(mod, "_kv_tma_ok", lambda k, v: True)
+    g = torch.Generator().manual_seed(5)
+    q_lens, k_lens = [5, 0, 40, 33], [5, 7, 70, 33]
+    q = torch.randn(sum(q_lens), 4, 48, generator=g).half()
+    k, v = (torch.randn(sum(k_lens), 2, 48, generator=g).half() for _ in range(2))
+    cu_q, cu_k = inference._cu(q_lens), inference._cu(k_lens)
+    got = mod.flash_attention_varlen(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), causal=causal)
+    want = oracle.varlen_attention(q, k, v, cu_q, cu_k, causal)
+    assert (got.double() - want).abs().max() < 4e-3
+
+
+def test_the_varlen_tma_path_is_off_where_the_interpreter_runs():
+    mod = solution_module("10_inference")
+    k = torch.zeros(8, 2, 64, dtype=torch.float16)
+    assert not mod._kv_tma_ok(k, k)  # CPU tensors: pointers, as every grading case on CI

@@ -232,6 +232,17 @@ def main():
         t = bench(lambda: K.flash_attention_varlen(q, k, v, cu, cu, mx, mx, causal=causal, check_values=False))
         msg = f"  lens {lens[:4]}{'...' if len(lens) > 4 else ''} causal={causal}: varlen {flops / t / 1e9:.0f} " \
               f"({'ok' if good else 'WRONG'})"
+        if getattr(K, "VARLEN_KV_TMA", False):  # the same kernel with K/V by pointers, in the same run (2026-12-02)
+            K.VARLEN_KV_TMA = False
+            o = K.flash_attention_varlen(q, k, v, cu, cu, mx, mx, causal=causal)
+            good_ptr = all(check(f"varlen (pointers) seq {b}", o[int(cu[b]):int(cu[b + 1])].transpose(0, 1)[None],
+                                 F.scaled_dot_product_attention(
+                                     *(x[int(cu[b]):int(cu[b + 1])].transpose(0, 1)[None].double() for x in (q, k, v)),
+                                     is_causal=causal, enable_gqa=True), dt, lambda s: None)
+                           for b in range(len(lens)))
+            t_ptr = bench(lambda: K.flash_attention_varlen(q, k, v, cu, cu, mx, mx, causal=causal, check_values=False))
+            K.VARLEN_KV_TMA = True
+            msg += f"; K/V by pointers {flops / t_ptr / 1e9:.0f} ({'ok' if good_ptr else 'WRONG'})"
         if fast is not None:
             qp = torch.zeros(len(lens), Hq, mx, D, device=dev, dtype=dt)
             kp = torch.zeros(len(lens), Hk, mx, D, device=dev, dtype=dt)

@@ -509,14 +509,16 @@ CONFIGS = {
                   maxnreg=168, PINGPONG=True)},
 }
 # Sweeps for the GPU session (step, D, overrides): compiled by --compile-only, timed by --bench --variants.
+# Round 1 (2026-12-02, NOTES.md): PINGPONG=False beat the turn barriers at D=128 (569/586 against 562/574 non-causal,
+# 530/574 against 511/564 causal), NUM_STAGES=3 at D=128 and the BLOCK_N=64 variants lost. Round 2 below.
 VARIANTS = [
-    (3, 128, dict(PINGPONG=False)),  # two free-running consumer groups: what the turn barriers alone give
-    (3, 64, dict(PINGPONG=False)),
-    (3, 128, dict(NUM_STAGES=3)),  # 224 KiB of tiles: just under the 227 KiB limit
-    (3, 64, dict(NUM_STAGES=4)),
-    (3, 64, dict(NUM_STAGES=2)),
-    (2, 128, dict(NUM_STAGES=3, BLOCK_N=64)),
-    (1, 128, dict(BLOCK_N=64, NUM_STAGES=3)),
+    (3, 128, dict(PINGPONG=False)),  # round 1's best again: the run-to-run spread
+    (3, 128, dict(PINGPONG=False, NUM_STAGES=3)),
+    (3, 128, dict(PINGPONG=False, CONSUMER_REGS=232, LOADER_REGS=40)),
+    (3, 64, dict(PINGPONG=False, NUM_STAGES=4)),
+    (3, 64, dict(PINGPONG=False, NUM_STAGES=2)),
+    (1, 64, dict(NUM_STAGES=4)),
+    (1, 64, dict(BLOCK_N=64, NUM_STAGES=4)),
 ]
 KERNELS = {1: _fa_s1_kernel, 2: _fa_s2_kernel, 3: _fa_s3_kernel}
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -821,7 +823,8 @@ def bench(steps=(1, 2, 3), ns=(1024, 2048, 4096, 8192, 16384), variants=False, d
                 for n in ns:
                     q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=dtype) for _ in range(3))
                     flops = 4.0 * B * H * n * n * d / (2 if causal else 1)
-                    ref = _reference(q[:1, :2], k[:1, :2], v[:1, :2], causal) if n <= 8192 else None
+                    hs = 2 if n <= 8192 else 1  # the fp64 scores of one head at N=16384 take 2 GiB
+                    ref = _reference(q[:1, :hs], k[:1, :hs], v[:1, :hs], causal)
                     fns = {f"step{s}": (lambda s=s: gluon_attention(q, k, v, causal=causal, step=s)) for s in steps}
                     for name, be in sdpa.items():
                         def f(be=be):
@@ -839,12 +842,11 @@ def bench(steps=(1, 2, 3), ns=(1024, 2048, 4096, 8192, 16384), variants=False, d
                             continue
                         try:
                             out = fns[name]()
-                            if ref is not None:
-                                err = (out[:1, :2].double() - ref).abs().max().item()
-                                if err > TOL[dtype]:
-                                    row.append("WRONG")
-                                    continue
-                            ms = triton.testing.do_bench(fns[name])
+                            err = (out[:1, :hs].double() - ref).abs().max().item()
+                            if err > TOL[dtype]:
+                                row.append("WRONG")
+                                continue
+                            ms = triton.testing.do_bench(fns[name], return_mode="median")
                             row.append(f"{flops / ms * 1e-9:.0f}")
                         except Exception as e:  # noqa: BLE001
                             row.append("err")

@@ -11,7 +11,7 @@
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A, B, C, D, E or F}
+part=${1:?part A to G}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -66,9 +66,17 @@ case $part in
     step references 290 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
+  G)  # 2026-12-02, second start: varlen by TMA in notebook 10's reference, the profiler cell, Gluon round 2
+    step references_varlen 60 python3 results/h200/references_gpu_2026-12-02.py flash_attention_varlen
+    step varlen_bench 120 python3 results/h200/decode_2026-12-01.py --sections varlen --out "$OUT/varlen.json"
+    step profile_cell 60 python3 results/h200/profile_cell_2026-12-02.py
+    step gluon_round2 220 python3 $G --bench --ns 4096,16384 --variants
+    step nbval_learner_08_10 100 python3 -m pytest -q --nbval-lax notebooks/08_performance.ipynb \
+      notebooks/10_inference.ipynb
+    ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
-  *) echo "part must be A, B, C, D, E or F" >&2; exit 2 ;;
+  *) echo "part must be one of A to G" >&2; exit 2 ;;
 esac
