@@ -11,7 +11,7 @@
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A to G}
+part=${1:?part A to H}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -74,9 +74,13 @@ case $part in
     step nbval_learner_08_10 100 python3 -m pytest -q --nbval-lax notebooks/08_performance.ipynb \
       notebooks/10_inference.ipynb
     ;;
+  H)  # written 2026-12-02 after G: step 4 (persistent grid), never run on a GPU yet
+    step gluon_check4 200 python3 $G --check --steps 4
+    step gluon_round3 300 python3 $G --bench --steps 1,3,4 --ns 4096,16384 --variants
+    ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
-  *) echo "part must be one of A to G" >&2; exit 2 ;;
+  *) echo "part must be one of A to H" >&2; exit 2 ;;
 esac
