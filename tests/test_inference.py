@@ -334,6 +334,11 @@ MUTANTS = [
      "looks like: wrong K/V head for GQA"),
     ("flash_attention_varlen", "H // k.shape[1], sm_scale * LOG2E", "H // k.shape[1], LOG2E",
      "looks like: scale missing"),
+    # split ranges one key short at each boundary: named only "the split cases fail" until 2026-12-02
+    ("flash_decode", "    end = tl.minimum(start + split_len, seqlen)",
+     "    end = tl.minimum(start + split_len - 1, seqlen)", "looks like: split ranges off by one"),
+    ("flash_decode_paged", "    start = pid_s * split_len\n", "    start = pid_s * split_len + 1\n",
+     "looks like: split ranges off by one"),
     # int32 page offsets: passed every case until the far-pages cases (a learner walkthrough, 2026-12-01)
     ("flash_decode_paged", "                k_rows = page.to(tl.int64) * stride_kb",
      "                k_rows = page.to(tl.int32) * stride_kb", "int32 offset that wrapped"),

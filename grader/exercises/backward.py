@@ -214,6 +214,12 @@ T = catalogue("exercises.backward", {
                             "(torch's repeat)",
                             "K/V 头 j 被连续的 G 个查询头 j·G … j·G + G − 1 读取（h // G，与 repeat_interleave 的展开"
                             "方式一致）；这里的 dK/dV 却把 h % H_kv = j 的那些头加在了一起（torch 的 repeat）"),
+    "bug_scale_in_group_loop": ("GQA: dK scaled inside the loop over the group's heads",
+                                "GQA：dK 在遍历组内查询头的循环里乘了 sm_scale"),
+    "why_scale_in_group_loop": ("dk *= sm_scale ran once per query head of the group, so the first head's share is "
+                                "scaled G times and only the last head's once: scale once, after the loop",
+                                "dk *= sm_scale 在组内每个查询头上都执行了一次，于是第一个头的贡献乘了 G 次 scale，"
+                                "只有最后一个头的乘了一次：循环结束后只乘一次"),
     "bug_exp_base2": ("tl.exp on base-2 exponents", "对以 2 为底的指数用了 tl.exp"),
     "why_exp_base2": ("with qk_scale = sm_scale·log₂e and lse₂ = lse·log₂e the exponent s·qk_scale − lse₂ is in base "
                       "2: P = exp2 of it; tl.exp of it gives P^log₂e",
@@ -483,6 +489,9 @@ def _fold(t: torch.Tensor, h_kv: int, group: int, how: str = "sum") -> torch.Ten
     g = t.unflatten(1, (h_kv, group))
     if how == "interleaved":  # K/V head j gets the query heads h with h % h_kv == j
         return t.unflatten(1, (group, h_kv)).sum(1)
+    if isinstance(how, float):  # the running sum multiplied by `how` after each head: head i's share how^(G-1-i)
+        weights = how ** torch.arange(group - 1, -1, -1, dtype=t.dtype)
+        return (g * weights.view(1, 1, group, 1, 1)).sum(2)
     return {"sum": g.sum(2), "first": g[:, :, 0], "last": g[:, :, -1]}[how]
 
 
@@ -536,7 +545,7 @@ class _Sim:
         return torch.exp(raw - lse[..., None]).masked_fill(~visible, 0.0)
 
     def grads(self, p=None, *, p_dq=None, p_kv=None, delta="right", dq_factor=1.0, dk_factor=1.0, fold="sum",
-              transpose_block=None):
+              fold_k=None, transpose_block=None):
         p_dq = p if p_dq is None else p_dq
         p_kv = p if p_kv is None else p_kv
         p_dq = self.p() if p_dq is None else p_dq
@@ -558,7 +567,8 @@ class _Sim:
             dq = _blocked_transpose_products(ds_dq, self.kk, transpose_block, for_k=False)
             dk_h = _blocked_transpose_products(ds_kv, self.q, transpose_block, for_k=True)
         dv_h = p_kv.transpose(-1, -2) @ self.do
-        return (self.scale * dq_factor * dq, self.scale * dk_factor * _fold(dk_h, self.h_kv, self.group, fold),
+        fold_k = fold if fold_k is None else fold_k
+        return (self.scale * dq_factor * dq, self.scale * dk_factor * _fold(dk_h, self.h_kv, self.group, fold_k),
                 _fold(dv_h, self.h_kv, self.group, fold))
 
 
@@ -597,6 +607,9 @@ def grad_bugs(case: BackwardCase, *, kernel: bool, o: torch.Tensor | None = None
         if sim.h_kv > 1:
             bugs.append(GradBug(T("bug_gqa_wrong_heads"), T("why_gqa_wrong_heads"),
                                 (lambda: sim.grads(fold="interleaved"),)))
+        if kernel:
+            bugs.append(GradBug(T("bug_scale_in_group_loop"), T("why_scale_in_group_loop"),
+                                (lambda: sim.grads(fold_k=float(sim.scale)),)))
     if case.causal and case.n_q != case.n_k:
         br = oracle.causal_mask(case.n_q, case.n_k, align="bottom_right")
         bugs.append(GradBug(T("bug_br_backward"), T("why_br_backward"), (lambda: sim.grads(sim.p(br)),)))

@@ -137,6 +137,14 @@ T = catalogue("exercises.inference", {
                                 "block (offs_n < end)",
                                 "序列（或 split）里最后一个完整块（或完整页）之后的 key 从没被访问过：循环要一直走到 "
                                 "split 的最后一个 key，最后那个不完整的块用 mask 处理（offs_n < end）"),
+    "bug_split_edges": ("split ranges off by one: a key at each boundary between splits dropped",
+                        "split 的范围差了一位：每个 split 边界上都丢了一个 key"),
+    "bug_split_edges_why": ("split s owns the keys start = s·split_len … end − 1 with end = min(start + split_len, L) "
+                            "(end exclusive): every key belongs to exactly one split. Here the last (or first) key of "
+                            "each split is in none, which only shows where a sequence spans several splits",
+                            "split s 负责的 key 是 start = s·split_len … end − 1，其中 end = min(start + split_len, L)"
+                            "（不含 end）：每个 key 恰好属于一个 split。这里每个 split 的最后一个（或第一个）key "
+                            "哪个 split 都没算，所以只有跨越多个 split 的序列才会出错"),
     "bug_packing": ("GQA packing that mixes heads", "GQA 打包把头弄混了"),
     "bug_packing_why": ("row r of the packed Q tile is query head h_kv·G + r // N_q, query r % N_q (here G = {group} "
                         "heads × N_q = {n_q} queries); the load of q, the causal mask and the store must all use "
@@ -956,6 +964,11 @@ class _DecodeSim:
         end = torch.minimum(start + split_len, self.L[:, None, None])
         return keep & (self.j < start + (end - start).clamp(min=0) // block * block)
 
+    def without_edges(self, split_len: int, edge: str) -> torch.Tensor:
+        """keep() minus the last (or first) key of every split of split_len keys."""
+        pos = self.j % split_len
+        return self.keep() & (pos != (split_len - 1 if edge == "last" else 0))
+
     def packed(self, how: str) -> torch.Tensor:
         """Heads and queries swapped in one place of the packing (see _pack_maps)."""
         maps = _pack_maps(self.group, self.n_q)
@@ -1014,6 +1027,9 @@ def decode_bugs(case: ServingCase, *, split_enumerated: bool | None = None) -> l
                              ("equal", "bug_merge_equal"), ("equal_all", "bug_merge_equal"),
                              ("base_e", "bug_merge_bases"), ("ln_l", "bug_merge_bases")):
                 split_bugs.append(BugModel(T(key), T(f"{key}_why"), lambda sl=sl, how=how: sim.merged(sl, how)))
+            for edge in ("last", "first"):
+                split_bugs.append(BugModel(T("bug_split_edges"), T("bug_split_edges_why"),
+                                           lambda sl=sl, edge=edge: sim.attend(sim.without_edges(sl, edge))))
             if case.num_splits is not None:
                 for bn in blocks:
                     split_bugs.append(BugModel(T(partial), T("bug_partial_dropped_why"),
