@@ -7,11 +7,12 @@
 #                                bash results/h200/next_gpu_session.sh C     (suite --backward, speed case, proton)
 #                                bash results/h200/next_gpu_session.sh D     (nbval of notebooks 08 and 11, if time is left)
 #                                bash results/h200/next_gpu_session.sh E     (every reference on the cases added 12-01)
+#   ran on 12-02: F (A and E in one call), B, C, G (NOTES.md, "2026-12-02"). Next: H (Gluon step 4), I (atomic dQ).
 #
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A to H}
+part=${1:?part A to I}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -75,12 +76,16 @@ case $part in
       notebooks/10_inference.ipynb
     ;;
   H)  # written 2026-12-02 after G: step 4 (persistent grid), never run on a GPU yet
-    step gluon_check4 200 python3 $G --check --steps 4
+    step gluon_check4 180 python3 $G --check --steps 4
     step gluon_round3 300 python3 $G --bench --steps 1,3,4 --ns 4096,16384 --variants
+    ;;
+  I)  # written 2026-12-02: the backward in one kernel with atomic dQ (#11), never run on a GPU yet
+    step atomic_dq_check 120 python3 results/h200/backward_atomic_dq_2026-12-02.py --check
+    step atomic_dq_bench 300 python3 results/h200/backward_atomic_dq_2026-12-02.py --bench
     ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
-  *) echo "part must be one of A to H" >&2; exit 2 ;;
+  *) echo "part must be one of A to I" >&2; exit 2 ;;
 esac
