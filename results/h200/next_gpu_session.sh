@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What the next GPU session runs first, in three device calls of under 10 minutes each (NOTES.md, "Next on the
-# GPU", says why and what each should show). Written 2026-12-01 without a GPU; nothing here has run yet.
+# What a GPU session runs, one part per device call of under 10 minutes (NOTES.md, "Next on the GPU", says why and
+# what each should show). Parts A-G were written without a GPU on 2026-12-01/02; H and I have not run yet.
 #
 #   device run, carry [".whl"]:  bash results/h200/next_gpu_session.sh A     (Gluon checks, varlen TMA check)
 #                                bash results/h200/next_gpu_session.sh B     (Gluon and varlen benchmarks)
