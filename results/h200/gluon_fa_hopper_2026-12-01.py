@@ -361,17 +361,18 @@ def _s3_turn_end(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, acc, p16, alpha, m_i, l_i, j,
-              row0, qk_scale, N_CTX, s_layout: gl.constexpr, o_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+              c, tk, row0, qk_scale, N_CTX, s_layout: gl.constexpr, o_layout: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
               WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """Block j >= 1: issue S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} in this group's turn, then softmax S_j while
-    the other group's products run."""
-    s = j % NUM_STAGES
-    ph = (j // NUM_STAGES) & 1
-    sp = (j - 1) % NUM_STAGES
-    php = ((j - 1) // NUM_STAGES) & 1
+    """Block j >= 1 of a tile: issue S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} in this group's turn, then softmax S_j
+    while the other group's products run. c: the block's position in the ring, tk: the turn, both counted over all
+    tiles the program has done (step 4; in step 3 a program does one tile and both are j)."""
+    s = c % NUM_STAGES
+    ph = (c // NUM_STAGES) & 1
+    sp = (c - 1) % NUM_STAGES
+    php = ((c - 1) // NUM_STAGES) & 1
     mbarrier.wait(k_ready.index(s), ph)
-    _s3_turn_begin(turn_bars, j, WG, PINGPONG)
+    _s3_turn_begin(turn_bars, tk, WG, PINGPONG)
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     s_tok = warpgroup_mma(q_tile, k_smem.index(s).permute((1, 0)), zero, use_acc=False, is_async=True)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -389,54 +390,67 @@ def _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_b
 
 
 @gluon.jit
-def _s3_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
-                 qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, EVEN_M: gl.constexpr,
-                 PINGPONG: gl.constexpr, WG: gl.constexpr):
-    """One consumer warp group (4 warps): query rows tile_row0 + WG·BLOCK_M + [0, BLOCK_M)."""
+def _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, c0, t0, row0, n_full, n_total,
+             qk_scale, N_CTX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+             NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr):
+    """One consumer group's key loop over one tile, its first block at ring position c0 and turn t0 (the tile takes
+    n_total positions and n_total + 1 turns). Returns (acc, l_i)."""
     s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
     o_layout: gl.constexpr = _wgmma_layout(4, HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row0 = tile_row0 + WG * BLOCK_M
-    q_tile = q_smem.index(WG)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
-    mbarrier.wait(q_bar, 0)
 
     # prologue: S_0 alone (masked: block 0 may be the diagonal or the ragged end)
-    mbarrier.wait(k_ready.index(0), 0)
-    _s3_turn_begin(turn_bars, 0, WG, PINGPONG)
+    s0 = c0 % NUM_STAGES
+    mbarrier.wait(k_ready.index(s0), (c0 // NUM_STAGES) & 1)
+    _s3_turn_begin(turn_bars, t0, WG, PINGPONG)
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+    s_tok = warpgroup_mma(q_tile, k_smem.index(s0).permute((1, 0)), zero, use_acc=False, is_async=True)
     _s3_turn_end(turn_bars, WG, PINGPONG)
     qk = warpgroup_mma_wait(0, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(0))
+    mbarrier.arrive(k_empty.index(s0))
     p, m_i, alpha, l_i = _softmax_block(qk * qk_scale, m_i, l_i, 0, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N, True,
                                         CAUSAL)
     p16 = gl.convert_layout(p.to(q_tile.dtype), p_layout)
 
     for j in range(1, n_full):
         acc, p16, alpha, m_i, l_i = _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                                              turn_bars, acc, p16, alpha, m_i, l_i, j, row0, qk_scale, N_CTX,
-                                              s_layout, o_layout, BLOCK_M, BLOCK_N, NUM_STAGES, False, CAUSAL, WG,
-                                              PINGPONG)
+                                              turn_bars, acc, p16, alpha, m_i, l_i, j, c0 + j, t0 + j, row0,
+                                              qk_scale, N_CTX, s_layout, o_layout, BLOCK_M, BLOCK_N, NUM_STAGES,
+                                              False, CAUSAL, WG, PINGPONG)
     for j in range(gl.maximum(n_full, 1), n_total):
         acc, p16, alpha, m_i, l_i = _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                                              turn_bars, acc, p16, alpha, m_i, l_i, j, row0, qk_scale, N_CTX,
-                                              s_layout, o_layout, BLOCK_M, BLOCK_N, NUM_STAGES, True, CAUSAL, WG,
-                                              PINGPONG)
+                                              turn_bars, acc, p16, alpha, m_i, l_i, j, c0 + j, t0 + j, row0,
+                                              qk_scale, N_CTX, s_layout, o_layout, BLOCK_M, BLOCK_N, NUM_STAGES,
+                                              True, CAUSAL, WG, PINGPONG)
 
     # epilogue: O += P_last · V_last
-    jl = n_total - 1
-    sl = jl % NUM_STAGES
-    _s3_turn_begin(turn_bars, n_total, WG, PINGPONG)
+    cl = c0 + n_total - 1
+    sl = cl % NUM_STAGES
+    _s3_turn_begin(turn_bars, t0 + n_total, WG, PINGPONG)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-    mbarrier.wait(v_ready.index(sl), (jl // NUM_STAGES) & 1)
+    mbarrier.wait(v_ready.index(sl), (cl // NUM_STAGES) & 1)
     o_tok = warpgroup_mma(p16, v_smem.index(sl), acc, is_async=True)
     _s3_turn_end(turn_bars, WG, PINGPONG)
     acc = warpgroup_mma_wait(0, deps=(o_tok,))
     mbarrier.arrive(v_empty.index(sl))
+    return acc, l_i
+
+
+@gluon.jit
+def _s3_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                 qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, EVEN_M: gl.constexpr,
+                 PINGPONG: gl.constexpr, WG: gl.constexpr):
+    """One consumer warp group (4 warps): query rows tile_row0 + WG·BLOCK_M + [0, BLOCK_M)."""
+    o_layout: gl.constexpr = _wgmma_layout(4, HEAD_DIM)
+    row0 = tile_row0 + WG * BLOCK_M
+    q_tile = q_smem.index(WG)
+    mbarrier.wait(q_bar, 0)
+    acc, l_i = _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, 0, 0, row0, n_full,
+                        n_total, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, PINGPONG, WG)
     _store_out(acc, l_i, o_desc, o_ptr, q_tile, row0, bh, N_CTX, o_layout, BLOCK_M, HEAD_DIM, EVEN_M)
 
 
@@ -560,42 +574,11 @@ def _s4_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k
 
 
 @gluon.jit
-def _s4_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, acc, p16, alpha, m_i, l_i, j,
-              c, tk, row0, qk_scale, N_CTX, s_layout: gl.constexpr, o_layout: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-              WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """_s3_block with the ring position c and the turn tk counted over all tiles of the program (j: the block's
-    index in this tile, for the masks)."""
-    s = c % NUM_STAGES
-    ph = (c // NUM_STAGES) & 1
-    sp = (c - 1) % NUM_STAGES
-    php = ((c - 1) // NUM_STAGES) & 1
-    mbarrier.wait(k_ready.index(s), ph)
-    _s3_turn_begin(turn_bars, tk, WG, PINGPONG)
-    zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    s_tok = warpgroup_mma(q_tile, k_smem.index(s).permute((1, 0)), zero, use_acc=False, is_async=True)
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-    mbarrier.wait(v_ready.index(sp), php)
-    o_tok = warpgroup_mma(p16, v_smem.index(sp), acc, is_async=True)
-    _s3_turn_end(turn_bars, WG, PINGPONG)
-    qk = warpgroup_mma_wait(1, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(s))
-    p, m_i, alpha, l_i = _softmax_block(qk * qk_scale, m_i, l_i, j, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N,
-                                        MASKED, CAUSAL)
-    acc = warpgroup_mma_wait(0, deps=(o_tok,))
-    mbarrier.arrive(v_empty.index(sp))
-    p16 = gl.convert_layout(p.to(q_tile.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
-    return acc, p16, alpha, m_i, l_i
-
-
-@gluon.jit
 def _s4_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                  turn_bars, qk_scale, pid, nprog, n_m, n_tiles, H, GROUP, N_CTX, BLOCK_M: gl.constexpr,
                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                  EVEN_M: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr):
-    s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
     o_layout: gl.constexpr = _wgmma_layout(4, HEAD_DIM)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     TILE_M: gl.constexpr = 2 * BLOCK_M
     q_tile = q_smem.index(WG)
     c0 = 0
@@ -605,41 +588,10 @@ def _s4_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
         start_m, bh, kv_row0 = _s4_tile(tile, n_m, H, GROUP, N_CTX, CAUSAL)
         n_full, n_total = _loop_bounds(start_m, N_CTX, TILE_M, BLOCK_N, CAUSAL)
         row0 = start_m * TILE_M + WG * BLOCK_M
-        acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
-        m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
-        l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
         mbarrier.wait(q_bar, i & 1)
-
-        s0 = c0 % NUM_STAGES
-        mbarrier.wait(k_ready.index(s0), (c0 // NUM_STAGES) & 1)
-        _s3_turn_begin(turn_bars, t0, WG, PINGPONG)
-        zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-        s_tok = warpgroup_mma(q_tile, k_smem.index(s0).permute((1, 0)), zero, use_acc=False, is_async=True)
-        _s3_turn_end(turn_bars, WG, PINGPONG)
-        qk = warpgroup_mma_wait(0, deps=(s_tok,))
-        mbarrier.arrive(k_empty.index(s0))
-        p, m_i, alpha, l_i = _softmax_block(qk * qk_scale, m_i, l_i, 0, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N,
-                                            True, CAUSAL)
-        p16 = gl.convert_layout(p.to(q_tile.dtype), p_layout)
-        for j in range(1, n_full):
-            acc, p16, alpha, m_i, l_i = _s4_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                                                  turn_bars, acc, p16, alpha, m_i, l_i, j, c0 + j, t0 + j, row0,
-                                                  qk_scale, N_CTX, s_layout, o_layout, BLOCK_M, BLOCK_N,
-                                                  NUM_STAGES, False, CAUSAL, WG, PINGPONG)
-        for j in range(gl.maximum(n_full, 1), n_total):
-            acc, p16, alpha, m_i, l_i = _s4_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                                                  turn_bars, acc, p16, alpha, m_i, l_i, j, c0 + j, t0 + j, row0,
-                                                  qk_scale, N_CTX, s_layout, o_layout, BLOCK_M, BLOCK_N,
-                                                  NUM_STAGES, True, CAUSAL, WG, PINGPONG)
-        cl = c0 + n_total - 1
-        sl = cl % NUM_STAGES
-        _s3_turn_begin(turn_bars, t0 + n_total, WG, PINGPONG)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        mbarrier.wait(v_ready.index(sl), (cl // NUM_STAGES) & 1)
-        o_tok = warpgroup_mma(p16, v_smem.index(sl), acc, is_async=True)
-        _s3_turn_end(turn_bars, WG, PINGPONG)
-        acc = warpgroup_mma_wait(0, deps=(o_tok,))
-        mbarrier.arrive(v_empty.index(sl))
+        acc, l_i = _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, c0, t0, row0,
+                            n_full, n_total, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
+                            PINGPONG, WG)
         _store_out(acc, l_i, o_desc, o_ptr, q_tile, row0, bh, N_CTX, o_layout, BLOCK_M, HEAD_DIM, EVEN_M)
         mbarrier.arrive(q_empty.index(WG))  # the store is done (store_wait): the producer may load the next Q
         c0 += n_total
