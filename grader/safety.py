@@ -75,6 +75,10 @@ T = catalogue("safety", {
                         "(`.to(tl.int64)`).",
                         "这些地址恰好落在 `{name}` 内部某些位置之前 2**32 个元素处：这是 int32 偏移越过 2**31 之后"
                         "回绕了。先把下标转成 tl.int64，再乘以步长（`.to(tl.int64)`）。"),
+    "oob_cause_one_row": (" The addresses outside are exactly the one row after `{name}`'s last ({row} elements): a "
+                          "row bound or mask off by one (`<=` where `<` was meant), or a padding row let through.",
+                          "越界的地址恰好是 `{name}` 最后一行之后的那一整行（{row} 个元素）：行的边界或 mask 差了一位"
+                          "（该用 `<` 的地方用了 `<=`），或者放过了一个填充行。"),
     "oob_cause_offsets": (" Not one address of this access lies inside `{name}`, so it is not a ragged last block "
                           "(that starts inside): check how the program ids turn into offsets (which id is the batch, "
                           "which the head, what each is multiplied by) and the strides.",
@@ -316,6 +320,7 @@ class _Region:
     start: int
     end: int  # exclusive, bytes
     itemsize: int
+    row: int = 0  # elements of one row (the last dimension) when it is contiguous, else 0
 
 
 _launch = threading.local()
@@ -331,7 +336,8 @@ def _tensor_region(name: str, t: torch.Tensor) -> _Region | None:
     if t.numel() == 0:
         return None
     start = t.data_ptr()
-    return _Region(name, start, start + span_elements(t) * t.element_size(), t.element_size())
+    row = t.shape[-1] if t.dim() >= 2 and t.stride(-1) == 1 else 0
+    return _Region(name, start, start + span_elements(t) * t.element_size(), t.element_size(), row)
 
 
 def _tensors_in(values) -> list[torch.Tensor]:
@@ -381,6 +387,8 @@ def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], wha
             cause = T("oob_cause_int32", name=wrapped.name)
         elif accessed is not None and not _in_region(accessed, itemsize, r).any():
             cause = T("oob_cause_offsets", name=r.name)
+        elif r.row and lo == r.end and hi == r.end + r.row * itemsize and addrs.size == r.row:
+            cause = T("oob_cause_one_row", name=r.name, row=r.row)
     lines.append(cause)
     return "".join(lines)  # each sentence after the first brings its own space (none in Chinese)
 

@@ -85,6 +85,27 @@ def test_bounds_check_names_the_tensor():
     assert "`x_ptr`" in str(info.value.__cause__) or "`x_ptr`" in str(info.value)
 
 
+@triton.jit
+def _rows_kernel(x_ptr, out_ptr, n_rows, D: tl.constexpr, BLOCK: tl.constexpr, BOUND_PLUS: tl.constexpr):
+    rows = tl.arange(0, BLOCK)
+    cols = tl.arange(0, D)
+    mask = (rows < n_rows + BOUND_PLUS)[:, None]
+    x = tl.load(x_ptr + rows[:, None] * D + cols[None, :], mask=mask, other=0.0)
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], x, mask=(rows < n_rows)[:, None])
+
+
+@pytest.mark.skipif(not ENV.interpreter, reason="interpreter-only check")
+@pytest.mark.parametrize("bound_plus, one_row", [(1, True), (3, False)])
+def test_one_row_past_the_end_is_called_an_off_by_one(bound_plus, one_row):
+    # notebook 10's packed tile with `row_ok = offs_r <= GROUP * N_Q` reads exactly the row after q's last
+    x = torch.zeros(5, 8)
+    with pytest.raises(Exception) as info:
+        _rows_kernel[(1,)](x, torch.empty_like(x), 5, D=8, BLOCK=8, BOUND_PLUS=bound_plus)
+    text = " ".join(str(e) for e in (info.value, info.value.__cause__) if e is not None)
+    assert "past its last element" in text
+    assert ("exactly the one row after" in text) == one_row, text
+
+
 def test_guarded_copy_keeps_values_and_layout():
     t = torch.randn(2, 3, 5, 4)
     view, g = safety.guarded_copy(t, "q", perm=(0, 2, 1, 3))
