@@ -75,10 +75,11 @@ T = catalogue("safety", {
                         "(`.to(tl.int64)`).",
                         "这些地址恰好落在 `{name}` 内部某些位置之前 2**32 个元素处：这是 int32 偏移越过 2**31 之后"
                         "回绕了。先把下标转成 tl.int64，再乘以步长（`.to(tl.int64)`）。"),
-    "oob_cause_one_row": (" The addresses outside are exactly the one row after `{name}`'s last ({row} elements): a "
-                          "row bound or mask off by one (`<=` where `<` was meant), or a padding row let through.",
-                          "越界的地址恰好是 `{name}` 最后一行之后的那一整行（{row} 个元素）：行的边界或 mask 差了一位"
-                          "（该用 `<` 的地方用了 `<=`），或者放过了一个填充行。"),
+    "oob_cause_one_row": (" The addresses outside are exactly the one row after `{name}`'s last ({row} elements): "
+                          "unless your last block is ragged, look for a row bound or mask off by one (`<=` where `<` "
+                          "was meant), or a padding row let through.",
+                          "越界的地址恰好是 `{name}` 最后一行之后的那一整行（{row} 个元素）：如果你的最后一块并不是"
+                          "非整块，就去找差了一位的行边界或 mask（该用 `<` 的地方用了 `<=`），或者被放过的填充行。"),
     "oob_cause_offsets": (" Not one address of this access lies inside `{name}`, so it is not a ragged last block "
                           "(that starts inside): check how the program ids turn into offsets (which id is the batch, "
                           "which the head, what each is multiplied by) and the strides.",
@@ -388,7 +389,7 @@ def _describe_miss(addrs: np.ndarray, itemsize: int, regions: list[_Region], wha
         elif accessed is not None and not _in_region(accessed, itemsize, r).any():
             cause = T("oob_cause_offsets", name=r.name)
         elif r.row and lo == r.end and hi == r.end + r.row * itemsize and addrs.size == r.row:
-            cause = T("oob_cause_one_row", name=r.name, row=r.row)
+            cause = T("oob_cause") + T("oob_cause_one_row", name=r.name, row=r.row)
     lines.append(cause)
     return "".join(lines)  # each sentence after the first brings its own space (none in Chinese)
 
