@@ -291,8 +291,9 @@ def learner_notebook(nb: dict, where: str) -> dict:
     unfinished kernel (on the interpreter a guard usually skips it, so only the GPU would notice)."""
     out = copy.deepcopy(nb)
     cells, removed_all = [], []
-    reach = _stub_reach([stub_source(_src(c), f"{where}, cell {i}")[0] for i, c in enumerate(out["cells"])
-                         if c["cell_type"] == "code" and SOLUTION_ONLY not in c.get("metadata", {}).get("tags", [])])
+    stubbed = {i: stub_source(_src(c), f"{where}, cell {i}") for i, c in enumerate(out["cells"])
+               if c["cell_type"] == "code" and SOLUTION_ONLY not in c.get("metadata", {}).get("tags", [])}
+    reach = _stub_reach([src for src, _ in stubbed.values()])
     for i, cell in enumerate(out["cells"]):
         tags = list(cell.get("metadata", {}).get("tags", []))
         if SOLUTION_ONLY in tags:
@@ -301,7 +302,7 @@ def learner_notebook(nb: dict, where: str) -> dict:
             if cell.get("outputs") or cell.get("execution_count"):
                 raise BuildError(f"{where}, cell {i}: solutions must be committed without outputs "
                                  "(clear them: Edit → Clear Outputs of All Cells)")
-            src, removed = stub_source(_src(cell), f"{where}, cell {i}")
+            src, removed = stubbed[i]
             removed_all += removed
             cell["source"] = src
             cell["outputs"], cell["execution_count"] = [], None
