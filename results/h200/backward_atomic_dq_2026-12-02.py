@@ -11,6 +11,11 @@ products; FlashAttention-2's atomic backward measures 289-308 TFLOP/s on this H2
 
     python results/h200/backward_atomic_dq_2026-12-02.py --check          # fp64 autograd, ragged/GQA/causal
     python results/h200/backward_atomic_dq_2026-12-02.py --bench          # GPU: TFLOP/s, same run as the two kernels
+    python results/h200/backward_atomic_dq_2026-12-02.py --bench --sweep  # GPU: configs swept first (fp16, N=4096)
+
+Two ways to add dQ's share: `tl.atomic_add` on a tile of pointers (one red.global per element or vector), or
+(2026-12-02, second version) one TMA bulk reduce-add of the whole tile through a (B·H, N_q, D) descriptor
+(`cp.reduce.async.bulk.tensor`, FlashAttention-3's way), which clips rows past N_q per head.
 
 Checked so far: --check on the Triton 3.9 interpreter (fp32 and fp16). Not run on a GPU.
 """
@@ -38,9 +43,9 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n, offs_d, lo, hi, qk_scale,
-                sm_scale, N_Q, stride_qm, stride_dom, stride_lm, stride_dqm,
-                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr):
+def _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, dq_desc, head, offs_n, offs_d, lo, hi,
+                qk_scale, sm_scale, N_Q, stride_qm, stride_dom, stride_lm, stride_dqm,
+                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, TMA_DQ: tl.constexpr):
     """The Q/dO blocks [lo, hi) past the resident K/V block: dK, dV accumulated, dQ's share added atomically."""
     offs_mb = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
@@ -73,7 +78,9 @@ def _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, of
         dk = tl.dot(ds_t, q, dk)
         # padded keys are zero rows of k, so they add nothing to dQ
         dq = tl.dot(tl.trans(ds_t), k) * sm_scale
-        if MASKED:
+        if TMA_DQ:  # one bulk reduce-add of the tile (cp.reduce.async.bulk.tensor); rows past N_Q are clipped
+            dq_desc.atomic_add([head, start_m, 0], tl.reshape(dq, (1, BLOCK_M, dq.shape[1])))
+        elif MASKED:
             tl.atomic_add(dq_ptrs, dq, mask=(offs_m < N_Q)[:, None], sem="relaxed")
         else:
             tl.atomic_add(dq_ptrs, dq, sem="relaxed")
@@ -81,9 +88,9 @@ def _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, of
 
 
 @triton.jit
-def _bwd_fused(Q, K, V, DO, LSE, Delta, DQ, DK, DV, stride_q, stride_k, stride_lb, stride_lh, stride_lm,
+def _bwd_fused(Q, K, V, DO, LSE, Delta, DQ, DQ_DESC, DK, DV, stride_q, stride_k, stride_lb, stride_lh, stride_lm,
                H, N_Q, N_K, GROUP_SIZE, sm_scale, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, TMA_DQ: tl.constexpr):
     """One program: dK, dV of BLOCK_N keys of one K/V head (summed over its query heads) and their dQ shares.
     Q, DO, DQ are contiguous (B, H, N_Q, D) (DQ float32, zeroed), K, V, DK, DV contiguous (B, H_kv, N_K, D)."""
     start_n = tl.program_id(0) * BLOCK_N
@@ -111,26 +118,30 @@ def _bwd_fused(Q, K, V, DO, LSE, Delta, DQ, DK, DV, stride_q, stride_k, stride_l
     for g in range(GROUP_SIZE):
         off_h = off_hkv * GROUP_SIZE + g
         head = off_b * H + off_h
+        head32 = head.to(tl.int32)
         q_base = Q + head * N_Q * stride_q
         do_base = DO + head * N_Q * stride_q
         dq_base = DQ + head * N_Q * stride_q
         lse_base = LSE + off_b * stride_lb + off_h * stride_lh
         delta_base = Delta + head * N_Q
-        dk, dv = _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n, offs_d, lo,
+        dk, dv = _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, DQ_DESC, head32, offs_n,
+                             offs_d, lo,
                              diag_end, qk_scale, sm_scale, N_Q, stride_q, stride_q, stride_lm, stride_q,
-                             True, IS_CAUSAL, BLOCK_M)
-        dk, dv = _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n, offs_d,
+                             True, IS_CAUSAL, BLOCK_M, TMA_DQ)
+        dk, dv = _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, DQ_DESC, head32, offs_n,
+                             offs_d,
                              diag_end, full_end, qk_scale, sm_scale, N_Q, stride_q, stride_q, stride_lm, stride_q,
-                             False, IS_CAUSAL, BLOCK_M)
-        dk, dv = _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n, offs_d, tail,
+                             False, IS_CAUSAL, BLOCK_M, TMA_DQ)
+        dk, dv = _fused_walk(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, DQ_DESC, head32, offs_n,
+                             offs_d, tail,
                              N_Q, qk_scale, sm_scale, N_Q, stride_q, stride_q, stride_lm, stride_q,
-                             True, IS_CAUSAL, BLOCK_M)
+                             True, IS_CAUSAL, BLOCK_M, TMA_DQ)
     out = kv_rows[:, None] * stride_k + offs_d[None, :]
     tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_ok)
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=kv_ok)
 
 
-def backward_fused(q, k, v, o, lse, do, causal=False, sm_scale=None, config=None):
+def backward_fused(q, k, v, o, lse, do, causal=False, sm_scale=None, config=None, tma_dq=False):
     """(dq, dk, dv) like notebook 09's flash_attention_backward, from one kernel with atomic dQ (+ Δ's kernel).
     Contiguous inputs, D a power of two (64, 128 for the benchmark)."""
     B, H, n_q, D = q.shape
@@ -147,9 +158,14 @@ def backward_fused(q, k, v, o, lse, do, causal=False, sm_scale=None, config=None
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     bm, bn, warps, stages = config or NB._pick_config("dkdv", D, q.element_size(), NB.smem_limit(q.device), n_q,
                                                       n_k)
-    _bwd_fused[(triton.cdiv(n_k, bn), B * h_kv)](q, k, v, do, lse, delta, dq, dk, dv, D, D, *lse.stride(), H, n_q,
-                                                 n_k, H // h_kv, sm_scale, IS_CAUSAL=bool(causal), BLOCK_M=bm,
-                                                 BLOCK_N=bn, HEAD_DIM=D, num_warps=warps, num_stages=stages)
+    dq_desc = None
+    if tma_dq:  # (B·H, N_q, D): a block never crosses into the next head, whatever N_q
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        dq_desc = TensorDescriptor(dq, shape=[B * H, n_q, D], strides=[n_q * D, D, 1], block_shape=[1, bm, D])
+    _bwd_fused[(triton.cdiv(n_k, bn), B * h_kv)](q, k, v, do, lse, delta, dq, dq_desc, dk, dv, D, D, *lse.stride(),
+                                                 H, n_q, n_k, H // h_kv, sm_scale, IS_CAUSAL=bool(causal),
+                                                 BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=D, TMA_DQ=bool(tma_dq),
+                                                 num_warps=warps, num_stages=stages)
     return dq.to(q.dtype), dk, dv
 
 
@@ -164,45 +180,96 @@ def _fp64_grads(q, k, v, do, causal):
     return torch.autograd.grad(out, (qd, kd, vd), do.double())
 
 
+VARIANTS = {"atomic dQ (pointers)": dict(tma_dq=False), "atomic dQ (TMA reduce)": dict(tma_dq=True)}
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) swept at D=128 by --sweep; the first is the dK/dV kernel's own
+SWEEP = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 2), (64, 64, 4, 2), (128, 128, 8, 2), (128, 64, 8, 2)]
+
+
 def check() -> int:
     device = "cpu" if NB._interpreting() else "cuda"
     dtypes = (torch.float32, torch.float16) if device == "cpu" else (torch.float16, torch.bfloat16)
     gen = torch.Generator().manual_seed(0)
     bad = 0
-    for dtype in dtypes:
-        for (B, H, h_kv, n, D), causal in [((1, 2, 2, 64, 32), False), ((1, 4, 2, 100, 64), True),
-                                           ((2, 3, 1, 77, 32), False), ((1, 2, 2, 130, 64), True)]:
-            q, k, v, do = (torch.randn(B, hh, n, D, generator=gen).to(device, dtype)
-                           for hh in (H, h_kv, h_kv, H))
-            o, lse = NB.flash_attention_forward(q, k, v, causal)
-            got = backward_fused(q, k, v, o, lse, do, causal)
-            want = _fp64_grads(q, k, v, do, causal)
-            errs = [float((a.double() - b).abs().max() / b.pow(2).mean().sqrt()) for a, b in zip(got, want)]
-            tol = 1e-4 if dtype == torch.float32 else 3e-2
-            ok = max(errs) <= tol
-            bad += not ok
-            print(f"{dtype} B={B} H={H} H_kv={h_kv} N={n} D={D} causal={causal}: max|err|/rms dq {errs[0]:.1e} "
-                  f"dk {errs[1]:.1e} dv {errs[2]:.1e} ({'ok' if ok else 'WRONG'})", flush=True)
+    for name, kw in VARIANTS.items():
+        for dtype in dtypes:
+            for (B, H, h_kv, n, D), causal in [((1, 2, 2, 64, 32), False), ((1, 4, 2, 100, 64), True),
+                                               ((2, 3, 1, 77, 32), False), ((1, 2, 2, 130, 64), True)]:
+                q, k, v, do = (torch.randn(B, hh, n, D, generator=gen).to(device, dtype)
+                               for hh in (H, h_kv, h_kv, H))
+                o, lse = NB.flash_attention_forward(q, k, v, causal)
+                try:
+                    got = backward_fused(q, k, v, o, lse, do, causal, **kw)
+                except Exception as e:  # noqa: BLE001 -- report and go on to the next case
+                    bad += 1
+                    print(f"{name} {dtype} N={n}: ERROR {type(e).__name__}: {str(e).splitlines()[-1][:200]}",
+                          flush=True)
+                    continue
+                want = _fp64_grads(q, k, v, do, causal)
+                errs = [float((a.double() - b).abs().max() / b.pow(2).mean().sqrt()) for a, b in zip(got, want)]
+                tol = 1e-4 if dtype == torch.float32 else 3e-2
+                ok = max(errs) <= tol
+                bad += not ok
+                print(f"{name} {dtype} B={B} H={H} H_kv={h_kv} N={n} D={D} causal={causal}: max|err|/rms dq "
+                      f"{errs[0]:.1e} dk {errs[1]:.1e} dv {errs[2]:.1e} ({'ok' if ok else 'WRONG'})", flush=True)
     return 1 if bad else 0
 
 
-def _bench_shape(dtype, causal, B, n, H=32, D=128) -> list[str]:
+def _inputs(dtype, B, n, H=32, D=128):
+    return [torch.randn(B, H, n, D, device="cuda", dtype=dtype) for _ in range(4)]
+
+
+def _max_rel(grads, ref) -> float:
+    return max(float((a.double() - b).abs().max() / b.pow(2).mean().sqrt()) for a, b in zip(grads, ref))
+
+
+def sweep() -> dict:
+    """fp16, B=4, H=32, N=4096, D=128: each variant with each SWEEP config, causal and not; returns the best."""
+    best = {}
+    for causal in (False, True):
+        q, k, v, do = _inputs(torch.float16, 4, 4096)
+        o, lse = NB.flash_attention_forward(q, k, v, causal)
+        part = [t[:1, :2] for t in (q, k, v, do)]
+        ref = _fp64_grads(*part, causal)
+        o2, lse2 = NB.flash_attention_forward(*part[:3], causal)
+        flops = 2.5 * 4 * 4 * 32 * 4096 * 4096 * 128 / (2 if causal else 1)
+        for name, kw in VARIANTS.items():
+            for cfg in SWEEP:
+                tag = f"sweep causal={causal!s:<5} {name} {cfg}"
+                try:
+                    err = _max_rel(backward_fused(*part[:3], o2, lse2, part[3], causal, config=cfg, **kw), ref)
+                    if err > 3e-2:
+                        print(f"{tag}: WRONG ({err:.1e})", flush=True)
+                        continue
+                    ms = triton.testing.do_bench(lambda cfg=cfg, kw=kw: backward_fused(
+                        q, k, v, o, lse, do, causal, config=cfg, **kw), return_mode="median")
+                except Exception as e:  # noqa: BLE001 -- out of shared memory, a compile error: next config
+                    print(f"{tag}: {type(e).__name__}: {str(e).splitlines()[-1][:160]}", flush=True)
+                    continue
+                tf = flops / ms * 1e-9
+                print(f"{tag}: {tf:.0f} TFLOP/s", flush=True)
+                if tf > best.get((causal, name), (0, None))[0]:
+                    best[(causal, name)] = (tf, cfg)
+        torch.cuda.empty_cache()
+    return {key: cfg for key, (_, cfg) in best.items()}
+
+
+def _bench_shape(dtype, causal, B, n, best, H=32, D=128) -> list[str]:
     """One row: each provider's backward TFLOP/s after its gradients passed an fp64 check on two heads."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    q, k, v, do = (torch.randn(B, H, n, D, device="cuda", dtype=dtype) for _ in range(4))
+    q, k, v, do = _inputs(dtype, B, n, H, D)
     o, lse = NB.flash_attention_forward(q, k, v, causal)
     flops = 2.5 * 4 * B * H * n * n * D / (2 if causal else 1)
     part = [t[:1, :2] for t in (q, k, v, do)]  # one batch, two heads: fp64 scores of N=16384 take 4 GiB
     ref = _fp64_grads(*part, causal)
     o2, lse2 = NB.flash_attention_forward(*part[:3], causal)
-    ours = {"two kernels": NB.flash_attention_backward, "one kernel, atomic dQ": backward_fused}
+    ours = {"two kernels": NB.flash_attention_backward}
+    for name, kw in VARIANTS.items():
+        if (causal, name) in best:
+            ours[name] = lambda *a, kw=kw, cfg=best[(causal, name)]: backward_fused(*a, config=cfg, **kw)
     row = []
-
-    def ok(grads) -> float:
-        return max(float((a.double() - b).abs().max() / b.pow(2).mean().sqrt()) for a, b in zip(grads, ref))
     for name, fn in ours.items():
-        err = ok(fn(*part[:3], o2, lse2, part[3], causal))
+        err = _max_rel(fn(*part[:3], o2, lse2, part[3], causal), ref)
         if err > 3e-2:
             row.append(f"{name} WRONG ({err:.1e})")
             continue
@@ -213,7 +280,7 @@ def _bench_shape(dtype, causal, B, n, H=32, D=128) -> list[str]:
         with sdpa_kernel(backend):
             out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
         grads = torch.autograd.grad(out, (qq, kk, vv), do, retain_graph=True)
-        err = ok([g[:1, :2] for g in grads])
+        err = _max_rel([g[:1, :2] for g in grads], ref)
         if err > 3e-2:
             row.append(f"SDPA {name} WRONG ({err:.1e})")
             continue
@@ -223,13 +290,16 @@ def _bench_shape(dtype, causal, B, n, H=32, D=128) -> list[str]:
     return row
 
 
-def bench() -> None:
+def bench(do_sweep: bool) -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}")
+    cfg = NB._pick_config("dkdv", 128, 2, NB.smem_limit(torch.device("cuda")), 4096, 4096)
+    best = sweep() if do_sweep else {(c, name): cfg for c in (False, True) for name in VARIANTS}
+    print("configs:", {f"causal={c} {name}": v for (c, name), v in best.items()}, flush=True)
     for dtype in (torch.float16, torch.bfloat16):
         for causal in (False, True):
             for B, n in ((4, 4096), (1, 16384)):
-                row = _bench_shape(dtype, causal, B, n)
+                row = _bench_shape(dtype, causal, B, n, best)
                 print(f"{str(dtype)[6:]:>8} causal={causal!s:<5} B={B} N={n}: " + "; ".join(row) + " TFLOP/s",
                       flush=True)
                 torch.cuda.empty_cache()
@@ -239,8 +309,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="--bench: sweep SWEEP's configs first, then use the best")
     a = ap.parse_args()
     rc = check() if a.check else 0
     if a.bench:
-        bench()
+        bench(a.sweep)
     sys.exit(rc)

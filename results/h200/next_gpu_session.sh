@@ -81,7 +81,7 @@ case $part in
     ;;
   I)  # written 2026-12-02: the backward in one kernel with atomic dQ (#11), never run on a GPU yet
     step atomic_dq_check 120 python3 results/h200/backward_atomic_dq_2026-12-02.py --check
-    step atomic_dq_bench 300 python3 results/h200/backward_atomic_dq_2026-12-02.py --bench
+    step atomic_dq_bench 450 python3 results/h200/backward_atomic_dq_2026-12-02.py --bench --sweep
     ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
