@@ -44,6 +44,7 @@ T = catalogue("benchmarks", {
     "naive": ("naive PyTorch", "朴素 PyTorch"),
     "torch_add": ("torch add", "torch 加法"),
     "sdpa_backward_cudnn": ("SDPA backward (cuDNN)", "SDPA 反向（cuDNN）"),
+    "two_kernels_09": ("two kernels (09 reference)", "两个 kernel（09 参考实现）"),
     "sdpa_backward_flash": ("SDPA backward (FLASH)", "SDPA 反向（FLASH）"),
     # ---- the table, the plot
     "table_title": ("{exercise}: {unit} (ms, peak extra MiB) on {environment}",
@@ -200,6 +201,18 @@ class BenchSpec:
     describe: Text | str = ""
 
 
+_COURSE: dict[str, Callable[..., Any]] = {}
+
+
+def _course(exercise_id: str) -> Callable[..., Any]:
+    """A reference solution as a baseline, loaded once (a load per timed call would time the load)."""
+    from .notebooks import reference
+
+    if exercise_id not in _COURSE:
+        _COURSE[exercise_id] = reference(exercise_id)
+    return _COURSE[exercise_id]
+
+
 BASELINES: dict[str, Callable[..., Any]] = {
     "SDPA (PyTorch)": sdpa,
     "naive PyTorch": naive_attention,
@@ -208,6 +221,7 @@ BASELINES: dict[str, Callable[..., Any]] = {
     "torch add": lambda x, y: x + y,
     "SDPA backward (cuDNN)": sdpa_backward("CUDNN_ATTENTION"),
     "SDPA backward (FLASH)": sdpa_backward("FLASH_ATTENTION"),
+    "two kernels (09)": lambda *a, **kw: _course("flash_attention_backward")(*a, **kw),
 }
 
 #: provider names (the rows' keys, English) -> how the table and the plot show them
@@ -218,6 +232,7 @@ PROVIDER_LABELS: dict[str, Text] = {
     "torch add": T.later("torch_add"),
     "SDPA backward (cuDNN)": T.later("sdpa_backward_cudnn"),
     "SDPA backward (FLASH)": T.later("sdpa_backward_flash"),
+    "two kernels (09)": T.later("two_kernels_09"),
 }
 
 
@@ -276,6 +291,12 @@ SPECS: dict[str, BenchSpec] = {
                                           lambda n, c: backward_flops(4, 32, n, n, 128, c),
                                           baselines=("SDPA backward (cuDNN)", "SDPA backward (FLASH)"),
                                           describe=T.later("backward_only")),
+    "flash_attention_backward_atomic": BenchSpec(T.later("seq_len"), (1024, 2048, 4096, 8192),
+                                                 lambda n, dt, dev, c: _backward_inputs(4, 32, 128, n, dt, dev, c),
+                                                 lambda n, c: backward_flops(4, 32, n, n, 128, c),
+                                                 baselines=("two kernels (09)", "SDPA backward (cuDNN)",
+                                                            "SDPA backward (FLASH)"),
+                                                 describe=T.later("backward_only")),
 }
 
 

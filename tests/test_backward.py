@@ -128,6 +128,27 @@ def test_flash_attention_backward_mutants(old, new, named, few_cases):
     assert named in str(r), str(r)
 
 
+# section 10: the one-kernel backward's two regions (the dK/dV step, the walk and the kernel are section 6's)
+ATOMIC = [
+    ("    dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k, input_precision=DOT_PRECISION) * sm_scale",
+     "    dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k, input_precision=DOT_PRECISION)",
+     "looks like: dQ/dK without sm_scale"),
+    ("    dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k, input_precision=DOT_PRECISION) * sm_scale",
+     "    dq = tl.dot(ds_t.to(k.dtype), k, input_precision=DOT_PRECISION) * sm_scale", "equal reduction dimensions"),
+    ("        rows = head * N_Q + offs_m.to(tl.int64)", "        rows = head * HEAD_DIM + offs_m.to(tl.int64)",
+     "only the grouped-query cases fail"),  # the one multi-head case of FEW is the GQA one
+    ("dq, mask=live, sem=\"relaxed\")", "dq, sem=\"relaxed\")", "out-of-bounds memory access. tl.atomic_add"),
+]
+
+
+@pytest.mark.parametrize("old, new, named", ATOMIC, ids=[f"{i}: {m[1].strip()[:40]}" for i, m in enumerate(ATOMIC)])
+def test_flash_attention_backward_atomic_mutants(old, new, named, few_cases):
+    r = grader.check("flash_attention_backward_atomic", mutant("flash_attention_backward_atomic", old, new),
+                     quiet=True, record=False)
+    assert not r.passed
+    assert named in str(r), str(r)
+
+
 def test_a_causal_bound_right_only_for_square_tiles_fails(few_cases):
     """The interpreter runs dK/dV with fewer query rows than keys per tile, as the GPU does: a diagonal range of one
     Q block passed every case while it ran 32×32 tiles (a learner walkthrough, 2026-12-01)."""
@@ -226,7 +247,7 @@ def test_every_launch_configuration_fits_the_gpu(gpu, limit, monkeypatch):
     # fp16/bf16 everywhere; fp32 up to D = 128 everywhere and D = 256 from 99 KiB on; fp64 (gradcheck) up to 64
     sizes = {16: (2, 4, 8), 32: (2, 4, 8), 64: (2, 4, 8), 80: (2, 4), 128: (2, 4),
              256: (2, 4) if limit >= 99 * 1024 else (2,)}
-    for kernel in ("fwd", "dkdv", "dq"):
+    for kernel in ("fwd", "dkdv", "dq", "fused"):
         for d in (16, 32, 64, 80, 128, 256):
             block_d = max(16, 1 << (d - 1).bit_length())
             for size in sizes[d]:

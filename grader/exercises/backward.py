@@ -58,6 +58,8 @@ T = catalogue("exercises.backward", {
     "title_attention_backward": ("The backward pass in PyTorch", "用 PyTorch 写反向传播"),
     "title_flash_attention_forward": ("The forward kernel, saving lse", "保存 lse 的前向 kernel"),
     "title_flash_attention_backward": ("The backward kernels", "反向 kernel"),
+    "title_flash_attention_backward_atomic": ("One backward kernel, dQ by atomic additions",
+                                              "单个反向 kernel：dQ 用原子加累加"),
     "title_flash_attention_autograd": ("A differentiable FlashAttention (autograd.Function)",
                                        "可求导的 FlashAttention（autograd.Function）"),
     "sig_attention_backward": (
@@ -66,6 +68,9 @@ T = catalogue("exercises.backward", {
     "sig_flash_attention_backward": (
         "flash_attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)",
         "flash_attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)"),
+    "sig_flash_attention_backward_atomic": (
+        "flash_attention_backward_atomic(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)",
+        "flash_attention_backward_atomic(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)"),
     # ---- where a gradient is wrong: the axes diagnosis.where names (as attention.py names them)
     "axis_batch": ("batch", "batch 维"),
     "axis_head": ("head", "头"),
@@ -1001,6 +1006,9 @@ EXERCISES = [
                           "-> (o, lse)"),
     FlashAttentionBackward("flash_attention_backward", T.later("title_flash_attention_backward"), "09_backward",
                            "flash_attention_backward", T.later("sig_flash_attention_backward")),
+    FlashAttentionBackward("flash_attention_backward_atomic", T.later("title_flash_attention_backward_atomic"),
+                           "09_backward", "flash_attention_backward_atomic",
+                           T.later("sig_flash_attention_backward_atomic")),
     FlashAttentionAutograd("flash_attention_autograd", T.later("title_flash_attention_autograd"), "09_backward",
                            "flash_attention_autograd", "flash_attention_autograd(q, k, v, causal=False, sm_scale=None) "
                            "-> o"),

@@ -2,16 +2,19 @@
 
 Two kinds of rows, per (dtype, D, causal, N) of the plan:
 
-- backward: dq, dk, dv from (q, k, v, o, lse, do), the forward not timed. The course's flash_attention_backward is
-  handed the o and lse of its own flash_attention_forward; SDPA's backends keep their own (grader.benchmarks'
+- backward: dq, dk, dv from (q, k, v, o, lse, do), the forward not timed. The course's flash_attention_backward
+  (two kernels) and flash_attention_backward_atomic (one kernel, section 10) are handed the o and lse of its own
+  flash_attention_forward; SDPA's backends keep their own (grader.benchmarks'
   sdpa_backward). TFLOP/s count 2.5× the forward's FLOPs.
 - step: a training step, forward + backward through autograd: the course's flash_attention_autograd, SDPA's
   backends and naive PyTorch attention (where its N×N scores fit). TFLOP/s count 3.5× the forward's FLOPs; the
   peak extra memory of one step is the memory argument of FlashAttention, measured.
 
-Before a provider is timed, its dq, dk, dv on the first (batch, head) are checked against fp64 autograd of the
-naive attention (grader.oracle.attention_grads) at the grader's gradient tolerance (grader.tolerances); a wrong
-one is reported as WRONG, not timed. Measuring is grader.benchmarks' core, as for the forward.
+Before a provider is timed, its dq, dk, dv on the first (batch, head) are checked in fp64 at the grader's gradient
+tolerance (grader.tolerances): the course's backwards against the gradients evaluated from the o and lse they were
+handed (grader.oracle.attention_grads, the grader's oracle), the others (SDPA, training steps) against autograd of
+the naive attention; a wrong one is reported as WRONG, not timed. Measuring is grader.benchmarks' core, as for
+the forward.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from .. import benchmarks as core
 
 BACKWARD, STEP = "backward", "step"
 COURSE_BACKWARD = "course: flash_attention_backward (09)"
+COURSE_BACKWARD_ATOMIC = "course: flash_attention_backward_atomic (09)"
 COURSE_STEP = "course: flash_attention_autograd (09), step"
 NAIVE_STEP = "naive PyTorch, step"
 #: SDPA backends timed in backward mode (a subset of grader.benchmarks.SDPA_BACKENDS: EFFICIENT is far behind)
@@ -53,6 +57,7 @@ def providers() -> list[Provider]:
 
     out = []
     for name, ex_id, kind in ((COURSE_BACKWARD, "flash_attention_backward", BACKWARD),
+                              (COURSE_BACKWARD_ATOMIC, "flash_attention_backward_atomic", BACKWARD),
                               (COURSE_STEP, "flash_attention_autograd", STEP)):
         try:
             fn = reference(ex_id)
@@ -89,14 +94,17 @@ def grads_ok(grads, ref, dtype) -> tuple[bool, float]:
     return worst <= 1.0, worst
 
 
-def _reference_grads(q, k, v, do, causal):
-    """fp64 autograd of the naive attention on the first (batch, head); None where it would not fit."""
+def _reference_grads(q, k, v, do, causal, o=None, lse=None):
+    """fp64 gradients on the first (batch, head); None where they would not fit. With o and lse: evaluated from
+    the o and lse a backward was handed (grader.oracle.attention_grads; the grader's own oracle), which keeps Δ's
+    rounding through a low-precision o out of the kernel's error; without: fp64 autograd of the naive attention."""
     from .. import oracle
 
     if q.shape[2] > CHECK_FP64_MAX_N:
         return None
+    one = (lambda t: None if t is None else t[:1, :1])  # noqa: E731
     try:
-        return oracle.attention_grads(q[:1, :1], k[:1, :1], v[:1, :1], do[:1, :1], causal=causal)
+        return oracle.attention_grads(*(one(t) for t in (q, k, v, do)), causal=causal, o=one(o), lse=one(lse))
     except torch.cuda.OutOfMemoryError:
         return None
 
@@ -120,12 +128,14 @@ def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadl
         if forward is not None:
             o, lse = forward(q, k, v, causal=causal)
         ref = _reference_grads(q, k, v, do, causal)
+        ref_given = _reference_grads(q, k, v, do, causal, o, lse) if o is not None else None
         for p in provs:
+            handed_o = p.course and p.kind == BACKWARD  # the course's backwards get the course forward's o, lse
             row = dict(provider=p.name, kind=p.kind, dtype=dt_name, D=d, causal=causal, N=n, B=b, H=h)
             work = (core.backward_flops if p.kind == BACKWARD else core.step_flops)(b, h, n, n, d, causal)
             if p.unavailable:
                 row["status"] = p.unavailable
-            elif p.name == COURSE_BACKWARD and o is None:
+            elif handed_o and o is None:
                 row["status"] = f"unavailable (no course forward for o and lse: {why})"
             elif p.name == NAIVE_STEP and b * h * n * n * 24 > NAIVE_MEMORY_FRACTION * total_memory:
                 row["status"] = "skipped (the N×N scores and their gradient would not fit)"
@@ -134,8 +144,9 @@ def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadl
                     return p.fn(q, k, v, o, lse, do, causal)
                 try:
                     grads = call()
-                    if ref is not None:
-                        ok, worst = grads_ok([g[:1, :1] for g in grads], ref, dtype)
+                    want = ref_given if handed_o else ref
+                    if want is not None:
+                        ok, worst = grads_ok([g[:1, :1] for g in grads], want, dtype)
                         row["worst_vs_tolerance"] = worst
                     else:
                         ok = all(bool(torch.isfinite(g).all()) for g in grads)
@@ -158,7 +169,7 @@ def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadl
             rate = f"{row['tflops']:7.1f} TFLOP/s {row['ms']:8.3f} ms {row['mem_mib']:9.1f} MiB" \
                 if row.get("status") == "ok" else row["status"][:70]
             log(f"  {dt_name} D={d:<3} causal={int(causal)} N={n:<5} B={b} H={h}  {p.name:<44} {rate}")
-        q = k = v = do = o = lse = ref = None
+        q = k = v = do = o = lse = ref = ref_given = None
         if device == "cuda":
             torch.cuda.empty_cache()
         if on_config is not None:
@@ -179,9 +190,11 @@ def markdown(info: dict, rows: list[dict], plan) -> str:
                  f"4·B·H·N²·D (halved when causal); step: forward + backward through autograd, {core.STEP_FLOPS}×. "
                  f"Time: {info.get('timing', TIMING)}. H = "
                  f"{plan.heads}, B = " + ", ".join(f"{plan.batch_for(n)} at N={n}" for n in plan.sizes) + ".")
-    lines.append("- Before timing, every provider's gradients on the first (batch, head) are checked against fp64 "
-                 f"autograd at the grader's gradient tolerance (up to N = {CHECK_FP64_MAX_N}; above it, finite "
-                 "only). `WRONG`: outside it; `skip`: naive N×N scores would not fit.")
+    lines.append("- Before timing, every provider's gradients on the first (batch, head) are checked in fp64 at the "
+                 f"grader's gradient tolerance (up to N = {CHECK_FP64_MAX_N}; above it, finite only): the course's "
+                 "backwards against the gradients evaluated from the o and lse they were handed (the grader's "
+                 "oracle), the others against autograd of the naive attention. `WRONG`: outside it; `skip`: naive "
+                 "N×N scores would not fit.")
     lines.append("")
     by = {(r["provider"], r["dtype"], r["D"], r["causal"], r["N"]): r for r in rows}
     for kind, ours in ((BACKWARD, COURSE_BACKWARD), (STEP, COURSE_STEP)):

@@ -12,7 +12,7 @@
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A to I}
+part=${1:?part A to K}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -83,9 +83,22 @@ case $part in
     step atomic_dq_check 120 python3 results/h200/backward_atomic_dq_2026-12-02.py --check
     step atomic_dq_bench 450 python3 results/h200/backward_atomic_dq_2026-12-02.py --bench --sweep
     ;;
+  J)  # 2026-12-02, second session: notebook 09 section 10 (one kernel, atomic dQ) graded and swept, then the suite
+    step references_bwd 150 python3 results/h200/references_gpu_2026-12-02.py flash_attention_backward_atomic \
+      flash_attention_backward
+    step fused_sweep 150 python3 results/h200/backward_fused_2026-12-02.py
+    step suite_backward 270 python3 -m grader.tools.suite --backward --sizes 4096,16384 --dims 64,128 \
+      --dtypes fp16,bf16 --providers course,cudnn,flash --out "$OUT/backward-suite"
+    ;;
+  K)  # 2026-12-02, second session, last call: notebook 09's cells on the GPU (section 10 included), the suite's
+     # o-aware check at the bf16 shape where every provider failed the plain one, D=64 with the swept config
+    step nb09_cells 330 python3 results/h200/run_cells_2026-12-02.py solutions/09_backward.ipynb
+    step suite_bf16_d64 120 python3 -m grader.tools.suite --backward --sizes 4096 --dims 64 --dtypes bf16,fp16 \
+      --causal yes --providers backward --out "$OUT/suite-d64"
+    ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
-  *) echo "part must be one of A to I" >&2; exit 2 ;;
+  *) echo "part must be one of A to K" >&2; exit 2 ;;
 esac
