@@ -113,9 +113,9 @@ KERNEL = [
     ("    p = tl.math.exp2(s * qk_scale - lse2[:, None])", "    p = tl.math.exp2((s - lse2[:, None]) * qk_scale)",
      "looks like: lse multiplied by the scale too"),
     # a learner walkthrough's B17 (2026-12-01): only the GQA cases failed, and the hint named the GQA sum alone
-    ("BLOCK_M)\n    # TODO scale (dK) — dS holds the gradient of the scaled scores: multiply dk by sm_scale once, "
-     "here.\n    ### BEGIN SOLUTION scale dK\n    dk = dk * sm_scale\n",
-     "BLOCK_M)\n        dk = dk * sm_scale\n    # TODO scale (dK)\n    ### BEGIN SOLUTION scale dK\n",
+    ("DQ_SHARE, TMA_DQ)\n    # TODO scale (dK) — dS holds the gradient of the scaled scores: multiply dk by sm_scale "
+     "once, here.\n    ### BEGIN SOLUTION scale dK\n    dk = dk * sm_scale\n",
+     "DQ_SHARE, TMA_DQ)\n        dk = dk * sm_scale\n    # TODO scale (dK)\n    ### BEGIN SOLUTION scale dK\n",
      "looks like: GQA: dK scaled inside the loop over the group's heads"),
 ]
 
