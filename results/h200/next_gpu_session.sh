@@ -12,7 +12,7 @@
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A to K}
+part=${1:?part A to L}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -96,9 +96,12 @@ case $part in
     step suite_bf16_d64 120 python3 -m grader.tools.suite --backward --sizes 4096 --dims 64 --dtypes bf16,fp16 \
       --causal yes --providers backward --out "$OUT/suite-d64"
     ;;
+  L)  # 2026-12-02, second session: registers and spills of the backward kernels (what holds the one kernel back)
+    step bwd_resources 150 python3 results/h200/backward_resources_2026-12-02.py
+    ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
-  *) echo "part must be one of A to K" >&2; exit 2 ;;
+  *) echo "part must be one of A to L" >&2; exit 2 ;;
 esac
