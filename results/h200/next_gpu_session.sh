@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # What a GPU session runs, one part per device call of under 10 minutes (NOTES.md, "Next on the GPU", says why and
-# what each should show). Parts A-G were written without a GPU on 2026-12-01/02; H and I have not run yet.
+# what each should show). Parts A-G were written without a GPU on 2026-12-01/02, H-L on 2026-12-02.
 #
 #   device run, carry [".whl"]:  bash results/h200/next_gpu_session.sh A     (Gluon checks, varlen TMA check)
 #                                bash results/h200/next_gpu_session.sh B     (Gluon and varlen benchmarks)
 #                                bash results/h200/next_gpu_session.sh C     (suite --backward, speed case, proton)
 #                                bash results/h200/next_gpu_session.sh D     (nbval of notebooks 08 and 11, if time is left)
 #                                bash results/h200/next_gpu_session.sh E     (every reference on the cases added 12-01)
-#   ran on 12-02: F (A and E in one call), B, C, G (NOTES.md, "2026-12-02"). Next: H (Gluon step 4), I (atomic dQ).
+#   ran on 12-02: F (A and E in one call), B, C, G (NOTES.md, "2026-12-02"); H, I, J, K, L in the second session
+#   (NOTES.md, "2026-12-02 (second session"). Next: NOTES.md, "Next on the GPU".
 #
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
