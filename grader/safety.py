@@ -774,9 +774,15 @@ def _learner_line(e: BaseException) -> str:
     import traceback
 
     grader_dir = os.path.dirname(os.path.abspath(__file__))
-    frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if not os.path.abspath(f.filename).startswith(grader_dir)
-              and "site-packages" not in f.filename and "/lib/python" not in f.filename]
+    chain = [e]  # an error inside a kernel on the interpreter: the kernel's own line is in the wrapped cause
+    while type(chain[-1]).__name__ == "InterpreterError" and chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    for exc in reversed(chain):
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if not os.path.abspath(f.filename).startswith(grader_dir)
+                  and "site-packages" not in f.filename and "/lib/python" not in f.filename]
+        if frames:
+            break
     if not frames:
         return ""
     f = frames[-1]

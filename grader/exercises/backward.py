@@ -288,6 +288,7 @@ CASES = catalogue("exercises.backward.cases", {
     "a_single_query_key": ("a single query and key", "只有一个查询和一个 key"),
     "one_key_64_queries": ("one key for 64 queries", "64 个查询只对应一个 key"),
     "head_dim_80": ("head dim 80 (padded to 128)", "头维度 80（填充到 128）"),
+    "head_dim_18": ("head dim 18 (padded to 32)", "头维度 18（填充到 32）"),
     "gqa_6_2": ("GQA: 6 heads share 2 K/V heads", "GQA：6 个头共享 2 个 K/V 头"),
     "bnhd_views": ("(B, N, H, D) views: non-contiguous strides", "(B, N, H, D) 视图：非连续步长"),
     "explicit_scale": ("explicit sm_scale", "显式传入 sm_scale"),
@@ -406,6 +407,8 @@ def reach_specs(env: Environment) -> list[tuple[str, dict]]:
         # with one key P = 1 and dS = dP − Δ = 0 exactly in every row: 64 rows show a Δ that is not exact
         (case_name("one_key_64_queries"), dict(Nq=64, Nk=1, D=32, dtype=f16, tags={"ragged"})),
         (case_name("head_dim_80"), dict(H=2, Nq=96, Nk=70, D=80, dtype=f16, tags={"ragged", "pad-d"})),
+        # float32 rows of 72 bytes: no TMA descriptor takes them, so section 10's pointer adds run on every GPU
+        (case_name("head_dim_18"), dict(H=2, Nq=40, Nk=50, D=18, dtype=f16, tags={"ragged", "pad-d"})),
         (case_name("gqa_6_2"), dict(B=2, H=6, H_kv=2, Nq=64, Nk=96, D=32, dtype=f16, tags={"multi-block"})),
         (case_name("bnhd_views"), dict(B=2, H=3, Nq=70, Nk=100, D=64, dtype=f16, layout="bnhd", tags={"ragged"})),
         (case_name("explicit_scale"), dict(H=2, Nq=64, Nk=96, D=32, dtype=f16, sm_scale=0.3, tags={"scale"})),
