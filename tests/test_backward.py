@@ -137,7 +137,7 @@ ATOMIC = [
      "    dq = tl.dot(ds_t.to(k.dtype), k, input_precision=DOT_PRECISION) * sm_scale",
      ": dq = tl.dot(ds_t.to(k.dtype), k"),  # the report names the kernel's line, not the launch's
     ("        rows = head * N_Q + offs_m.to(tl.int64)", "        rows = head * HEAD_DIM + offs_m.to(tl.int64)",
-     "only the grouped-query cases fail"),  # the one multi-head case of FEW is the GQA one
+     "dQ of query head h goes to that head's rows"),  # the one multi-head case of FEW is the GQA one
     ("dq, mask=live, sem=\"relaxed\")", "dq, sem=\"relaxed\")", "out-of-bounds memory access. tl.atomic_add"),
 ]
 

@@ -161,6 +161,17 @@ T = catalogue("exercises.backward", {
                    "the program's head, and for dK/dV by each head of the group",
                    "只有多头用例未通过：lse、Δ 和 dO 都是每个查询头各一份；它们的指针要按本 program 的头偏移，"
                    "dK/dV 则要按组内的每个头偏移"),
+    "hint_heads_atomic": ("only cases with several heads fail: if the two-kernel backward passes them, look at the "
+                          "dQ adds: head b·H + h owns rows (b·H + h)·N_q … (b·H + h)·N_q + N_q − 1 of the float32 "
+                          "buffer, HEAD_DIM floats a row",
+                          "只有多头用例未通过：如果两个 kernel 的反向能通过这些用例，就看 dQ 的原子加：头 b·H + h "
+                          "拥有 float32 缓冲区的第 (b·H + h)·N_q … (b·H + h)·N_q + N_q − 1 行，每行 HEAD_DIM 个 float"),
+    "hint_gqa_atomic": ("only the grouped-query cases fail: dQ of query head h goes to that head's rows of the buffer "
+                        "(head = b·H + h, not the K/V head); dK and dV are the sums over the G = H / H_kv query heads "
+                        "h_kv·G … h_kv·G + G − 1",
+                        "只有分组查询注意力（GQA）用例未通过：查询头 h 的 dQ 要加到缓冲区里这个查询头自己的行"
+                        "（head = b·H + h，不是 K/V 头）；dK 和 dV 是 G = H / H_kv 个查询头 h_kv·G … h_kv·G + G − 1 "
+                        "的梯度之和"),
     "hint_float16": ("only fp16 cases fail: cast P and dS to fp16 for the products that follow, keep the "
                      "accumulators, Δ and lse in fp32, and return each gradient in its input's dtype",
                      "只有 fp16 用例未通过：P 和 dS 在参与后面的矩阵乘之前转成 fp16，累加器、Δ 和 lse 保持 fp32，"
@@ -839,6 +850,13 @@ class FlashAttentionBackward(AttentionBackward):
                               dtype=torch.float16, tags={"ragged"})]
 
 
+class FlashAttentionBackwardAtomic(FlashAttentionBackward):
+    """Section 10's one kernel: the same cases as the two kernels; where heads go wrong, the dQ buffer's rows."""
+
+    hint_texts = {**FlashAttentionBackward.hint_texts, "heads": T.later("hint_heads_atomic"),
+                  "gqa": T.later("hint_gqa_atomic")}
+
+
 # ------------------------------------------------------------------------------------------------- forward
 def lse_bugs(case: AttentionCase) -> list[tuple[str, str, torch.Tensor]]:
     s = oracle._scores64(*(t.to(torch.float64).cpu() for t in (case.q, case.k)), case.scale, case.causal)
@@ -1009,7 +1027,7 @@ EXERCISES = [
                           "-> (o, lse)"),
     FlashAttentionBackward("flash_attention_backward", T.later("title_flash_attention_backward"), "09_backward",
                            "flash_attention_backward", T.later("sig_flash_attention_backward")),
-    FlashAttentionBackward("flash_attention_backward_atomic", T.later("title_flash_attention_backward_atomic"),
+    FlashAttentionBackwardAtomic("flash_attention_backward_atomic", T.later("title_flash_attention_backward_atomic"),
                            "09_backward", "flash_attention_backward_atomic",
                            T.later("sig_flash_attention_backward_atomic")),
     FlashAttentionAutograd("flash_attention_autograd", T.later("title_flash_attention_autograd"), "09_backward",
