@@ -1028,8 +1028,8 @@ EXERCISES = [
     FlashAttentionBackward("flash_attention_backward", T.later("title_flash_attention_backward"), "09_backward",
                            "flash_attention_backward", T.later("sig_flash_attention_backward")),
     FlashAttentionBackwardAtomic("flash_attention_backward_atomic", T.later("title_flash_attention_backward_atomic"),
-                           "09_backward", "flash_attention_backward_atomic",
-                           T.later("sig_flash_attention_backward_atomic")),
+                                 "09_backward", "flash_attention_backward_atomic",
+                                 T.later("sig_flash_attention_backward_atomic")),
     FlashAttentionAutograd("flash_attention_autograd", T.later("title_flash_attention_autograd"), "09_backward",
                            "flash_attention_autograd", "flash_attention_autograd(q, k, v, causal=False, sm_scale=None) "
                            "-> o"),

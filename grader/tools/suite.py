@@ -229,10 +229,12 @@ def _fmt(row):
     return "err"
 
 
-def speed_tables(by: dict, plan: Plan, providers: list[str], ours: str, bases, ratio_name: str,
-                 heading: str = "") -> list[str]:
-    """One TFLOP/s table per (dtype, D, causal) of the plan that has rows, with a ratio row `ours / base` per base.
+def speed_tables(by: dict, plan: Plan, providers: list[str], ours: str | list[tuple[str, str]], bases,
+                 ratio_name: str = "ours", heading: str = "") -> list[str]:
+    """One TFLOP/s table per (dtype, D, causal) of the plan that has rows, with a ratio row `ratio_name / base` per
+    base; ours: a provider (named ratio_name in the ratio rows) or a list of (provider, name), a ratio row each.
     by: (provider, dtype, D, causal, N) -> row."""
+    pairs = [(ours, ratio_name)] if isinstance(ours, str) else ours
     lines = []
     for dt in plan.dtypes:
         for d in plan.dims:
@@ -247,13 +249,15 @@ def speed_tables(by: dict, plan: Plan, providers: list[str], ours: str, bases, r
                 for p in providers:
                     cells = [_fmt(by[(p, dt, d, c, n)]) if (p, dt, d, c, n) in by else "" for n in sizes]
                     lines.append(f"| {p} | " + " | ".join(cells) + " |")
-                for base in bases:
-                    cells = []
-                    for n in sizes:
-                        a, b = by.get((ours, dt, d, c, n), {}), by.get((base, dt, d, c, n), {})
-                        cells.append(f"{a['tflops'] / b['tflops']:.2f}×" if "tflops" in a and "tflops" in b else "")
-                    if any(cells):
-                        lines.append(f"| *{ratio_name} / {base}* | " + " | ".join(cells) + " |")
+                for mine, name in pairs:
+                    for base in bases:
+                        cells = []
+                        for n in sizes:
+                            a, b = by.get((mine, dt, d, c, n), {}), by.get((base, dt, d, c, n), {})
+                            cells.append(f"{a['tflops'] / b['tflops']:.2f}×" if "tflops" in a and "tflops" in b
+                                         else "")
+                        if any(cells):
+                            lines.append(f"| *{name} / {base}* | " + " | ".join(cells) + " |")
                 lines.append("")
     return lines
 

@@ -3,8 +3,8 @@
 Two kinds of rows, per (dtype, D, causal, N) of the plan:
 
 - backward: dq, dk, dv from (q, k, v, o, lse, do), the forward not timed. The course's flash_attention_backward
-  (two kernels) and flash_attention_backward_atomic (one kernel, section 10) are handed the o and lse of its own
-  flash_attention_forward; SDPA's backends keep their own (grader.benchmarks'
+  (two kernels) and flash_attention_backward_atomic (one kernel, section 10) are handed the o and lse of the
+  course's flash_attention_forward; SDPA's backends keep their own (grader.benchmarks'
   sdpa_backward). TFLOP/s count 2.5× the forward's FLOPs.
 - step: a training step, forward + backward through autograd: the course's flash_attention_autograd, SDPA's
   backends and naive PyTorch attention (where its N×N scores fit). TFLOP/s count 3.5× the forward's FLOPs; the
@@ -197,10 +197,12 @@ def markdown(info: dict, rows: list[dict], plan) -> str:
                  "N×N scores would not fit.")
     lines.append("")
     by = {(r["provider"], r["dtype"], r["D"], r["causal"], r["N"]): r for r in rows}
-    for kind, ours in ((BACKWARD, COURSE_BACKWARD), (STEP, COURSE_STEP)):
+    ours = {BACKWARD: [(COURSE_BACKWARD, "two kernels"), (COURSE_BACKWARD_ATOMIC, "one kernel")],
+            STEP: [(COURSE_STEP, "ours")]}
+    for kind in (BACKWARD, STEP):
         names = list(dict.fromkeys(r["provider"] for r in rows if r["kind"] == kind))
         if names:
-            lines += speed_tables(by, plan, names, ours, [n for n in names if n.startswith("SDPA")], "ours",
+            lines += speed_tables(by, plan, names, ours[kind], [n for n in names if n.startswith("SDPA")],
                                   heading=f"{kind}: ")
     step_rows = [r for r in rows if r["kind"] == STEP and r.get("status") == "ok" and not r["causal"]]
     if step_rows:
