@@ -15,7 +15,10 @@ Four kernels, one per step, so that a GPU session can measure what each step giv
 
   step 4  ``_fa_s4_kernel``  step 3 on a persistent grid (one program per SM walks its tiles; the ring's counters
           run on across tiles, so the producer fills the next tile's first slots while the consumers finish the
-          last one). Written 2026-12-02 without a GPU: compiled offline for sm_90a only (168 registers, no spills).
+          last one). Round 3 (12-02): correct, no faster than step 3. Round 4 adds two Q buffers (the next
+          tile's Q loads under this one) and a tile order that balances causal work across programs.
+  FOLD (steps 3, 4): the softmax takes the max of the unscaled scores, so that scaling and subtracting the max is
+          one FFMA per score instead of an FMUL and an FADD.
 
 All steps: tensors (B, H, N, D) contiguous, D in (64, 128), fp16/bf16, GQA (H_kv divides H), causal = SDPA's
 is_causal (top-left). Not imported by anything in the course.
@@ -101,10 +104,12 @@ def _loop_bounds(start_m, N_CTX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, C
 
 
 @gluon.jit
-def _softmax_block(qk, m_i, l_i, j, row0, N_CTX, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
-                   BLOCK_N: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-    """One online-softmax step on raw scores qk (already multiplied by sm_scale·log2 e).
-    Returns p (unnormalised, fp32), the new max, alpha = 2^(m_old - m_new) and the new row sums."""
+def _softmax_block(qk, qk_scale, m_i, l_i, j, row0, N_CTX, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+                   BLOCK_N: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr, FOLD: gl.constexpr):
+    """One online-softmax step. FOLD: qk are the raw scores and m_i their running max, unscaled, so that
+    qk·qk_scale - m·qk_scale is one FFMA per score (qk_scale = sm_scale·log2 e > 0 keeps the max where it was).
+    Not FOLD: qk already multiplied by qk_scale (one FMUL per score more), qk_scale unused.
+    Returns p (unnormalised, fp32), the new max, alpha = 2^(m_old - m_new) (scaled) and the new row sums."""
     if MASKED:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         keep = gl.expand_dims(cols < N_CTX, 0)
@@ -113,8 +118,13 @@ def _softmax_block(qk, m_i, l_i, j, row0, N_CTX, s_layout: gl.constexpr, BLOCK_M
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
         qk = gl.where(keep, qk, -float("inf"))
     m_new = gl.maximum(m_i, gl.max(qk, axis=1))
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(qk - gl.expand_dims(m_new, 1))
+    if FOLD:
+        m_scaled = m_new * qk_scale
+        alpha = gl.exp2(m_i * qk_scale - m_scaled)
+        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_scaled, 1))
+    else:
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(qk - gl.expand_dims(m_new, 1))
     l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, m_new, alpha, l_new
 
@@ -180,8 +190,8 @@ def _s1_block(q_smem, k_smem, v_smem, kv_bars, k_desc, v_desc, acc, m_i, l_i, j,
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     s_tok = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), zero, use_acc=False, is_async=True)
     qk = warpgroup_mma_wait(0, deps=(s_tok,))
-    p, m_i, alpha, l_i = _softmax_block(qk * qk_scale, m_i, l_i, j, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N,
-                                        MASKED, CAUSAL)
+    p, m_i, alpha, l_i = _softmax_block(qk * qk_scale, 1.0, m_i, l_i, j, row0, N_CTX, s_layout, BLOCK_M,
+                                        BLOCK_N, MASKED, CAUSAL, False)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     p16 = gl.convert_layout(p.to(q_smem.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     o_tok = warpgroup_mma(p16, v_smem.index(s), acc, is_async=True)
@@ -273,8 +283,8 @@ def _s2_block(q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, acc, m
     s_tok = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), zero, use_acc=False, is_async=True)
     qk = warpgroup_mma_wait(0, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(s))
-    p, m_i, alpha, l_i = _softmax_block(qk * qk_scale, m_i, l_i, j, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N,
-                                        MASKED, CAUSAL)
+    p, m_i, alpha, l_i = _softmax_block(qk * qk_scale, 1.0, m_i, l_i, j, row0, N_CTX, s_layout, BLOCK_M,
+                                        BLOCK_N, MASKED, CAUSAL, False)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     p16 = gl.convert_layout(p.to(q_smem.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     mbarrier.wait(v_ready.index(s), ph)
@@ -363,7 +373,7 @@ def _s3_turn_end(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr):
 def _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, acc, p16, alpha, m_i, l_i, j,
               c, tk, row0, qk_scale, N_CTX, s_layout: gl.constexpr, o_layout: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-              WG: gl.constexpr, PINGPONG: gl.constexpr):
+              WG: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr):
     """Block j >= 1 of a tile: issue S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} in this group's turn, then softmax S_j
     while the other group's products run. c: the block's position in the ring, tk: the turn, both counted over all
     tiles the program has done (step 4; in step 3 a program does one tile and both are j)."""
@@ -381,8 +391,10 @@ def _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_b
     _s3_turn_end(turn_bars, WG, PINGPONG)
     qk = warpgroup_mma_wait(1, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(s))
-    p, m_i, alpha, l_i = _softmax_block(qk * qk_scale, m_i, l_i, j, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N,
-                                        MASKED, CAUSAL)
+    if not FOLD:
+        qk = qk * qk_scale
+    p, m_i, alpha, l_i = _softmax_block(qk, qk_scale, m_i, l_i, j, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N,
+                                        MASKED, CAUSAL, FOLD)
     acc = warpgroup_mma_wait(0, deps=(o_tok,))
     mbarrier.arrive(v_empty.index(sp))
     p16 = gl.convert_layout(p.to(q_tile.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
@@ -392,7 +404,8 @@ def _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_b
 @gluon.jit
 def _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, c0, t0, row0, n_full, n_total,
              qk_scale, N_CTX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-             NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr):
+             NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr,
+             FOLD: gl.constexpr):
     """One consumer group's key loop over one tile, its first block at ring position c0 and turn t0 (the tile takes
     n_total positions and n_total + 1 turns). Returns (acc, l_i)."""
     s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
@@ -411,20 +424,22 @@ def _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_ba
     _s3_turn_end(turn_bars, WG, PINGPONG)
     qk = warpgroup_mma_wait(0, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(s0))
-    p, m_i, alpha, l_i = _softmax_block(qk * qk_scale, m_i, l_i, 0, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N, True,
-                                        CAUSAL)
+    if not FOLD:
+        qk = qk * qk_scale
+    p, m_i, alpha, l_i = _softmax_block(qk, qk_scale, m_i, l_i, 0, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N, True,
+                                        CAUSAL, FOLD)
     p16 = gl.convert_layout(p.to(q_tile.dtype), p_layout)
 
     for j in range(1, n_full):
         acc, p16, alpha, m_i, l_i = _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                                               turn_bars, acc, p16, alpha, m_i, l_i, j, c0 + j, t0 + j, row0,
                                               qk_scale, N_CTX, s_layout, o_layout, BLOCK_M, BLOCK_N, NUM_STAGES,
-                                              False, CAUSAL, WG, PINGPONG)
+                                              False, CAUSAL, WG, PINGPONG, FOLD)
     for j in range(gl.maximum(n_full, 1), n_total):
         acc, p16, alpha, m_i, l_i = _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                                               turn_bars, acc, p16, alpha, m_i, l_i, j, c0 + j, t0 + j, row0,
                                               qk_scale, N_CTX, s_layout, o_layout, BLOCK_M, BLOCK_N, NUM_STAGES,
-                                              True, CAUSAL, WG, PINGPONG)
+                                              True, CAUSAL, WG, PINGPONG, FOLD)
 
     # epilogue: O += P_last · V_last
     cl = c0 + n_total - 1
@@ -443,14 +458,15 @@ def _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_ba
 def _s3_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
                  qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, EVEN_M: gl.constexpr,
-                 PINGPONG: gl.constexpr, WG: gl.constexpr):
+                 PINGPONG: gl.constexpr, WG: gl.constexpr, FOLD: gl.constexpr):
     """One consumer warp group (4 warps): query rows tile_row0 + WG·BLOCK_M + [0, BLOCK_M)."""
     o_layout: gl.constexpr = _wgmma_layout(4, HEAD_DIM)
     row0 = tile_row0 + WG * BLOCK_M
     q_tile = q_smem.index(WG)
     mbarrier.wait(q_bar, 0)
     acc, l_i = _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, 0, 0, row0, n_full,
-                        n_total, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, PINGPONG, WG)
+                        n_total, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, PINGPONG, WG,
+                        FOLD)
     _store_out(acc, l_i, o_desc, o_ptr, q_tile, row0, bh, N_CTX, o_layout, BLOCK_M, HEAD_DIM, EVEN_M)
 
 
@@ -458,17 +474,17 @@ def _s3_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
 def _s3_consumer1(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
                   qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, EVEN_M: gl.constexpr,
-                  PINGPONG: gl.constexpr):
+                  PINGPONG: gl.constexpr, FOLD: gl.constexpr):
     _s3_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
                  qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                 EVEN_M, PINGPONG, 1)
+                 EVEN_M, PINGPONG, 1, FOLD)
 
 
 @gluon.jit
 def _fa_s3_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GROUP,
                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr, EVEN_M: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                  LOADER_REGS: gl.constexpr, PINGPONG: gl.constexpr):
+                  LOADER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr):
     """BLOCK_M rows per warp group (64), 2·BLOCK_M per program. Launch with num_warps=4 (the default partition is
     consumer 0) and maxnreg such that 12 warps fit the register file."""
     gl.static_assert(NUM_STAGES >= 2, "the producer/consumer protocol of step 3 needs at least 2 stages")
@@ -501,31 +517,40 @@ def _fa_s3_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GRO
     gl.warp_specialize([
         (_s3_consumer, (o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
                         qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
-                        CAUSAL, EVEN_M, PINGPONG, 0)),
+                        CAUSAL, EVEN_M, PINGPONG, 0, FOLD)),
         (_s3_consumer1, (o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                          turn_bars, qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M, BLOCK_N, HEAD_DIM,
-                         NUM_STAGES, CAUSAL, EVEN_M, PINGPONG)),
+                         NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD)),
         (_ws_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                       bh * N_CTX + tile_row0, kv_row0, n_total, BLOCK_N, NUM_STAGES, 2)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Step 4 (written 2026-12-02 without a GPU; compiled offline only): step 3 on a persistent grid
+# Step 4: step 3 on a persistent grid
 # ---------------------------------------------------------------------------------------------------------------
 # One program per SM walks the tiles pid, pid + P, pid + 2P, ... The ring's counters run on across tiles, so the
-# producer fills the first slots of the next tile while the consumers still finish the last one, and only then
-# waits until both consumer groups have stored their output (O is staged in their Q buffers) before it loads the
-# next Q. Tiles go head by head, so the programs running at one moment share a few heads' K/V in L2; causal tiles
-# go longest rows first within a head.
+# producer fills the first slots of the next tile while the consumers still finish the last one.
+# Q_BUFFERS = 1 (round 3, 12-02): one Q buffer per group, which also stages O; the producer loads the next Q once
+# both groups have stored their O. Q_BUFFERS = 2 (round 4): two, so the next tile's Q arrives while this tile runs.
+# Tile order: HG = 0 goes head by head, longest rows first within a head: a static round-robin of that order gives
+# some programs 1.12x the mean work, causal, N=4096 (counted on the host, NOTES.md). HG > 0 orders groups of HG
+# heads (whose K/V fit in L2 together), and within a group longest rows first across its heads: 1.03x.
 
 
 @gluon.jit
-def _s4_tile(tile, n_m, H, GROUP, N_CTX, CAUSAL: gl.constexpr):
-    bh = tile // n_m
-    start_m = tile % n_m
-    if CAUSAL:
-        start_m = n_m - 1 - start_m
+def _s4_tile(tile, n_m, BH, HG, H, GROUP, N_CTX, CAUSAL: gl.constexpr):
+    if HG > 0:
+        g0 = (tile // (n_m * HG)) * HG
+        hs = gl.minimum(HG, BH - g0)
+        r = tile - g0 * n_m
+        start_m = n_m - 1 - r // hs
+        bh = g0 + r % hs
+    else:
+        bh = tile // n_m
+        start_m = tile % n_m
+        if CAUSAL:
+            start_m = n_m - 1 - start_m
     b = bh // H
     h = bh % H
     kv_bh = b * (H // GROUP) + h // GROUP
@@ -547,25 +572,29 @@ def _s4_load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
 
 @gluon.jit
 def _s4_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-               pid, nprog, n_m, n_tiles, H, GROUP, N_CTX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-               NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+               pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, Q_BUFFERS: gl.constexpr):
     TILE_M: gl.constexpr = 2 * BLOCK_M
     c = 0
     i = 0
     for tile in range(pid, n_tiles, nprog):
-        start_m, bh, kv_row0 = _s4_tile(tile, n_m, H, GROUP, N_CTX, CAUSAL)
+        start_m, bh, kv_row0 = _s4_tile(tile, n_m, BH, HG, H, GROUP, N_CTX, CAUSAL)
         n_full, n_total = _loop_bounds(start_m, N_CTX, TILE_M, BLOCK_N, CAUSAL)
-        ahead = gl.minimum(n_total, NUM_STAGES)
-        for j in range(ahead):  # these slots free up while the consumers finish the previous tile
-            _s4_load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, c + j,
-                        kv_row0 + j * BLOCK_N, NUM_STAGES)
-        qph = (i & 1) ^ 1
-        mbarrier.wait(q_empty.index(0), qph)
-        mbarrier.wait(q_empty.index(1), qph)
-        mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+        if Q_BUFFERS == 1:
+            # these slots free up while the consumers finish the previous tile, before its O is stored
+            ahead = gl.minimum(n_total, NUM_STAGES)
+            for j in range(ahead):
+                _s4_load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, c + j,
+                            kv_row0 + j * BLOCK_N, NUM_STAGES)
+        else:
+            ahead = 0
+        qb = i % Q_BUFFERS
+        mbarrier.wait(q_empty.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
+        mbarrier.expect(q_bar.index(qb), 2 * q_desc.block_type.nbytes)
         q_row = bh * N_CTX + start_m * TILE_M
         for t in gl.static_range(2):
-            tma.async_copy_global_to_shared(q_desc, [q_row + t * BLOCK_M, 0], q_bar, q_smem.index(t))
+            tma.async_copy_global_to_shared(q_desc, [q_row + t * BLOCK_M, 0], q_bar.index(qb),
+                                            q_smem.index(2 * qb + t))
         for j in range(ahead, n_total):
             _s4_load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, c + j,
                         kv_row0 + j * BLOCK_N, NUM_STAGES)
@@ -575,25 +604,27 @@ def _s4_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k
 
 @gluon.jit
 def _s4_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                 turn_bars, qk_scale, pid, nprog, n_m, n_tiles, H, GROUP, N_CTX, BLOCK_M: gl.constexpr,
+                 turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M: gl.constexpr,
                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                 EVEN_M: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr):
+                 EVEN_M: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, Q_BUFFERS: gl.constexpr,
+                 WG: gl.constexpr):
     o_layout: gl.constexpr = _wgmma_layout(4, HEAD_DIM)
     TILE_M: gl.constexpr = 2 * BLOCK_M
-    q_tile = q_smem.index(WG)
     c0 = 0
     t0 = 0
     i = 0
     for tile in range(pid, n_tiles, nprog):
-        start_m, bh, kv_row0 = _s4_tile(tile, n_m, H, GROUP, N_CTX, CAUSAL)
+        start_m, bh, kv_row0 = _s4_tile(tile, n_m, BH, HG, H, GROUP, N_CTX, CAUSAL)
         n_full, n_total = _loop_bounds(start_m, N_CTX, TILE_M, BLOCK_N, CAUSAL)
         row0 = start_m * TILE_M + WG * BLOCK_M
-        mbarrier.wait(q_bar, i & 1)
+        qb = i % Q_BUFFERS
+        q_tile = q_smem.index(2 * qb + WG)
+        mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)
         acc, l_i = _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, c0, t0, row0,
                             n_full, n_total, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                            PINGPONG, WG)
+                            PINGPONG, WG, FOLD)
         _store_out(acc, l_i, o_desc, o_ptr, q_tile, row0, bh, N_CTX, o_layout, BLOCK_M, HEAD_DIM, EVEN_M)
-        mbarrier.arrive(q_empty.index(WG))  # the store is done (store_wait): the producer may load the next Q
+        mbarrier.arrive(q_empty.index(qb))  # the store is done (store_wait): the producer may reload this buffer
         c0 += n_total
         t0 += n_total + 1
         i += 1
@@ -601,41 +632,42 @@ def _s4_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
 
 @gluon.jit
 def _s4_consumer1(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                  turn_bars, qk_scale, pid, nprog, n_m, n_tiles, H, GROUP, N_CTX, BLOCK_M: gl.constexpr,
+                  turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  EVEN_M: gl.constexpr, PINGPONG: gl.constexpr):
+                  EVEN_M: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, Q_BUFFERS: gl.constexpr):
     _s4_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                 turn_bars, qk_scale, pid, nprog, n_m, n_tiles, H, GROUP, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM,
-                 NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, 1)
+                 turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM,
+                 NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, Q_BUFFERS, 1)
 
 
 @gluon.jit
-def _fa_s4_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GROUP, BH,
+def _fa_s4_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GROUP, BH, HG,
                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr, EVEN_M: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                  LOADER_REGS: gl.constexpr, PINGPONG: gl.constexpr):
-    """Step 3's partitions on a persistent grid of at most one program per SM (BH = B·H)."""
+                  LOADER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, Q_BUFFERS: gl.constexpr):
+    """Step 3's partitions on a persistent grid of at most one program per SM (BH = B·H; HG: the tile order)."""
     gl.static_assert(NUM_STAGES >= 2, "the producer/consumer protocol needs at least 2 stages")
     gl.static_assert(BLOCK_M == 64, "one consumer warp group (4 warps) owns 64 query rows")
+    gl.static_assert(Q_BUFFERS == 1 or Q_BUFFERS == 2, "one or two Q buffers")
     dtype: gl.constexpr = q_desc.dtype
     n_m = (N_CTX + 2 * BLOCK_M - 1) // (2 * BLOCK_M)
     n_tiles = n_m * BH
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
 
-    q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS, BLOCK_M, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    mbarrier.init(q_empty.index(0), count=1)
-    mbarrier.init(q_empty.index(1), count=1)
+    for b in gl.static_range(Q_BUFFERS):
+        mbarrier.init(q_bar.index(b), count=1)
+        mbarrier.init(q_empty.index(b), count=2)  # both groups store their O from the buffer
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -647,13 +679,14 @@ def _fa_s4_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GRO
 
     gl.warp_specialize([
         (_s4_consumer, (o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                        turn_bars, qk_scale, pid, nprog, n_m, n_tiles, H, GROUP, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, 0)),
+                        turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M, BLOCK_N,
+                        HEAD_DIM, NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, Q_BUFFERS, 0)),
         (_s4_consumer1, (o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, turn_bars, qk_scale, pid, nprog, n_m, n_tiles, H, GROUP, N_CTX, BLOCK_M, BLOCK_N,
-                         HEAD_DIM, NUM_STAGES, CAUSAL, EVEN_M, PINGPONG)),
+                         v_empty, turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M,
+                         BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, Q_BUFFERS)),
         (_s4_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
-                      v_empty, pid, nprog, n_m, n_tiles, H, GROUP, N_CTX, BLOCK_M, BLOCK_N, NUM_STAGES, CAUSAL)),
+                      v_empty, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M, BLOCK_N, NUM_STAGES,
+                      CAUSAL, Q_BUFFERS)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -669,27 +702,32 @@ CONFIGS = {
     2: {64: dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=3, num_warps=8, LOADER_REGS=24, maxnreg=None),
         128: dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=2, num_warps=8, LOADER_REGS=24, maxnreg=None)},
     3: {64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, num_warps=4, CONSUMER_REGS=240, LOADER_REGS=24,
-                 maxnreg=168, PINGPONG=True),
+                 maxnreg=168, PINGPONG=True, FOLD=True),
         128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, num_warps=4, CONSUMER_REGS=240, LOADER_REGS=24,
-                  maxnreg=168, PINGPONG=True)},
-    # step 4 without the turns: on 12-02 the free-running groups were as fast as ping-pong or faster
+                  maxnreg=168, PINGPONG=True, FOLD=True)},
+    # step 4 without the turns: on 12-02 the free-running groups were as fast as ping-pong or faster.
+    # HEAD_GROUP "auto": as many heads as keep their K/V within 24 MiB of L2 (0: head by head).
     4: {64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, num_warps=4, CONSUMER_REGS=240, LOADER_REGS=24,
-                 maxnreg=168, PINGPONG=False),
+                 maxnreg=168, PINGPONG=False, FOLD=True, Q_BUFFERS=2, HEAD_GROUP="auto"),
         128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, num_warps=4, CONSUMER_REGS=240, LOADER_REGS=24,
-                  maxnreg=168, PINGPONG=False)},
+                  maxnreg=168, PINGPONG=False, FOLD=True, Q_BUFFERS=2, HEAD_GROUP="auto")},
 }
 # Sweeps for the GPU session (step, D, overrides): compiled by --compile-only, timed by --bench --variants.
 # Round 1 (2026-12-02, NOTES.md): PINGPONG=False beat the turn barriers at D=128 (569/586 against 562/574 non-causal,
 # 530/574 against 511/564 causal), NUM_STAGES=3 at D=128 and the BLOCK_N=64 variants lost. Round 2 (medians):
 # registers 232/40 helped non-causal fp16 (579/598 against 562/590), lost causal; 3 stages at D=128 lost; at D=64
-# no turns with 2 or 4 stages gained 3-15 % over step 3 at N=16384. Round 3 (step 4, the persistent grid) below.
+# no turns with 2 or 4 stages gained 3-15 % over step 3 at N=16384. Round 3 (step 4, the persistent grid): correct,
+# no faster without the mask, slower with it. Round 4 (below): the scale folded into one FFMA per score (FOLD), two Q
+# buffers and a balanced tile order for step 4, each switched off once against the same run.
 VARIANTS = [
-    (3, 128, dict(PINGPONG=False)),  # the best of rounds 1-2, for step 4 to beat in the same run
-    (4, 128, dict(PINGPONG=True)),
-    (4, 128, dict(CONSUMER_REGS=232, LOADER_REGS=40)),
+    (3, 128, dict(PINGPONG=False, FOLD=False)),  # the best of rounds 1-3
+    (3, 128, dict(PINGPONG=False)),  # + FOLD
+    (4, 128, dict(FOLD=False, Q_BUFFERS=1, HEAD_GROUP=0)),  # round 3's step 4
+    (4, 128, dict(Q_BUFFERS=1)),  # step 4 without the second Q buffer
+    (4, 128, dict(HEAD_GROUP=0)),  # step 4 head by head
+    (3, 64, dict(PINGPONG=False, NUM_STAGES=4, FOLD=False)),
     (3, 64, dict(PINGPONG=False, NUM_STAGES=4)),
     (4, 64, dict(NUM_STAGES=4)),
-    (4, 64, dict(NUM_STAGES=2)),
 ]
 KERNELS = {1: _fa_s1_kernel, 2: _fa_s2_kernel, 3: _fa_s3_kernel, 4: _fa_s4_kernel}
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -713,9 +751,15 @@ def _kernel_args(step, cfg, q2, k2, v2, o2, o, qk_scale, n, h, group, causal, gl
     elif step == 2:
         const.update(NUM_WARPS=cfg["num_warps"], LOADER_REGS=cfg["LOADER_REGS"])
     else:
-        const.update(CONSUMER_REGS=cfg["CONSUMER_REGS"], LOADER_REGS=cfg["LOADER_REGS"], PINGPONG=cfg["PINGPONG"])
+        const.update(CONSUMER_REGS=cfg["CONSUMER_REGS"], LOADER_REGS=cfg["LOADER_REGS"], PINGPONG=cfg["PINGPONG"],
+                     FOLD=cfg["FOLD"])
     if step == 4:
-        args.append(q2.shape[0] // n)  # B·H
+        bh = q2.shape[0] // n
+        hg = cfg["HEAD_GROUP"]
+        if hg == "auto":
+            hg = max(1, (24 << 20) // (2 * n * d * q2.element_size()) * group)
+        args += [bh, min(int(hg), bh)]
+        const["Q_BUFFERS"] = cfg["Q_BUFFERS"]
     return args, const
 
 
@@ -750,13 +794,16 @@ def _check_args(q, k, v, step):
 
 
 def gluon_attention(q, k, v, causal=False, sm_scale=None, step=3, config=None):
-    """softmax(q kᵀ · sm_scale) v with Gluon kernel `step` (1, 2, 3). q (B, H, N, D), k/v (B, H_kv, N, D),
+    """softmax(q kᵀ · sm_scale) v with Gluon kernel `step` (1, 2, 3, 4). q (B, H, N, D), k/v (B, H_kv, N, D),
     H_kv dividing H, D in (64, 128), fp16/bf16, causal as SDPA's is_causal. Non-contiguous inputs are copied.
     config: optional overrides of CONFIGS[step][D] (e.g. dict(NUM_STAGES=3), dict(PINGPONG=False)) for sweeps."""
     _check_args(q, k, v, step)
     B, H, N, D = q.shape
     group = H // k.shape[1]
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    if not sm_scale > 0:
+        raise ValueError(f"sm_scale must be positive (the kernels take the row max of the unscaled scores), "
+                         f"got {sm_scale}")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = torch.empty_like(q)
     cfg = {**CONFIGS[step][D], **(config or {})}

@@ -8,12 +8,12 @@
 #                                bash results/h200/next_gpu_session.sh D     (nbval of notebooks 08 and 11, if time is left)
 #                                bash results/h200/next_gpu_session.sh E     (every reference on the cases added 12-01)
 #   ran on 12-02: F (A and E in one call), B, C, G (NOTES.md, "2026-12-02"); H, I, J, K, L in the second session
-#   (NOTES.md, "2026-12-02 (second session"). Next: NOTES.md, "Next on the GPU".
+#   (NOTES.md, "2026-12-02 (second session"); M, N in the third. Next: NOTES.md, "Next on the GPU".
 #
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A to L}
+part=${1:?part A to N}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -100,9 +100,18 @@ case $part in
   L)  # 2026-12-02, second session: registers and spills of the backward kernels (what holds the one kernel back)
     step bwd_resources 150 python3 results/h200/backward_resources_2026-12-02.py
     ;;
+  M)  # 2026-12-02, third session: round 4 of the Gluon kernel checked, PC sampling per line, the backward's D=18 case
+    step gluon_check34 200 python3 $G --check --steps 3,4
+    step gluon_profile 150 python3 results/h200/gluon_profile_2026-12-02.py --out "$OUT/gluon-profile"
+    step references_bwd 150 python3 results/h200/references_gpu_2026-12-02.py flash_attention_backward_atomic \
+      flash_attention_backward
+    ;;
+  N)  # 2026-12-02, third session: round 4 timed (FOLD, two Q buffers, the tile order), each switched off once
+    step gluon_round4 450 python3 $G --bench --steps 3,4 --ns 4096,16384 --variants
+    ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
-  *) echo "part must be one of A to L" >&2; exit 2 ;;
+  *) echo "part must be one of A to N" >&2; exit 2 ;;
 esac
