@@ -373,7 +373,7 @@ def _s3_turn_end(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr):
 def _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, acc, p16, alpha, m_i, l_i, j,
               c, tk, row0, qk_scale, N_CTX, s_layout: gl.constexpr, o_layout: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-              WG: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr):
+              WG: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, ONE_RELEASE: gl.constexpr):
     """Block j >= 1 of a tile: issue S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} in this group's turn, then softmax S_j
     while the other group's products run. c: the block's position in the ring, tk: the turn, both counted over all
     tiles the program has done (step 4; in step 3 a program does one tile and both are j)."""
@@ -390,12 +390,15 @@ def _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_b
     o_tok = warpgroup_mma(p16, v_smem.index(sp), acc, is_async=True)
     _s3_turn_end(turn_bars, WG, PINGPONG)
     qk = warpgroup_mma_wait(1, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(s))
+    if not ONE_RELEASE:
+        mbarrier.arrive(k_empty.index(s))
     if not FOLD:
         qk = qk * qk_scale
     p, m_i, alpha, l_i = _softmax_block(qk, qk_scale, m_i, l_i, j, row0, N_CTX, s_layout, BLOCK_M, BLOCK_N,
                                         MASKED, CAUSAL, FOLD)
     acc = warpgroup_mma_wait(0, deps=(o_tok,))
+    if ONE_RELEASE:  # K_j's slot is not needed again before block j + NUM_STAGES: release it with V_{j-1}'s
+        mbarrier.arrive(k_empty.index(s))
     mbarrier.arrive(v_empty.index(sp))
     p16 = gl.convert_layout(p.to(q_tile.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     return acc, p16, alpha, m_i, l_i
@@ -405,7 +408,7 @@ def _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_b
 def _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, c0, t0, row0, n_full, n_total,
              qk_scale, N_CTX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr,
-             FOLD: gl.constexpr):
+             FOLD: gl.constexpr, ONE_RELEASE: gl.constexpr):
     """One consumer group's key loop over one tile, its first block at ring position c0 and turn t0 (the tile takes
     n_total positions and n_total + 1 turns). Returns (acc, l_i)."""
     s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
@@ -434,12 +437,12 @@ def _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_ba
         acc, p16, alpha, m_i, l_i = _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                                               turn_bars, acc, p16, alpha, m_i, l_i, j, c0 + j, t0 + j, row0,
                                               qk_scale, N_CTX, s_layout, o_layout, BLOCK_M, BLOCK_N, NUM_STAGES,
-                                              False, CAUSAL, WG, PINGPONG, FOLD)
+                                              False, CAUSAL, WG, PINGPONG, FOLD, ONE_RELEASE)
     for j in range(gl.maximum(n_full, 1), n_total):
         acc, p16, alpha, m_i, l_i = _s3_block(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                                               turn_bars, acc, p16, alpha, m_i, l_i, j, c0 + j, t0 + j, row0,
                                               qk_scale, N_CTX, s_layout, o_layout, BLOCK_M, BLOCK_N, NUM_STAGES,
-                                              True, CAUSAL, WG, PINGPONG, FOLD)
+                                              True, CAUSAL, WG, PINGPONG, FOLD, ONE_RELEASE)
 
     # epilogue: O += P_last · V_last
     cl = c0 + n_total - 1
@@ -458,7 +461,7 @@ def _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_ba
 def _s3_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
                  qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, EVEN_M: gl.constexpr,
-                 PINGPONG: gl.constexpr, WG: gl.constexpr, FOLD: gl.constexpr):
+                 PINGPONG: gl.constexpr, WG: gl.constexpr, FOLD: gl.constexpr, ONE_RELEASE: gl.constexpr):
     """One consumer warp group (4 warps): query rows tile_row0 + WG·BLOCK_M + [0, BLOCK_M)."""
     o_layout: gl.constexpr = _wgmma_layout(4, HEAD_DIM)
     row0 = tile_row0 + WG * BLOCK_M
@@ -466,7 +469,7 @@ def _s3_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
     mbarrier.wait(q_bar, 0)
     acc, l_i = _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, 0, 0, row0, n_full,
                         n_total, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, PINGPONG, WG,
-                        FOLD)
+                        FOLD, ONE_RELEASE)
     _store_out(acc, l_i, o_desc, o_ptr, q_tile, row0, bh, N_CTX, o_layout, BLOCK_M, HEAD_DIM, EVEN_M)
 
 
@@ -474,17 +477,17 @@ def _s3_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
 def _s3_consumer1(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
                   qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, EVEN_M: gl.constexpr,
-                  PINGPONG: gl.constexpr, FOLD: gl.constexpr):
+                  PINGPONG: gl.constexpr, FOLD: gl.constexpr, ONE_RELEASE: gl.constexpr):
     _s3_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
                  qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                 EVEN_M, PINGPONG, 1, FOLD)
+                 EVEN_M, PINGPONG, 1, FOLD, ONE_RELEASE)
 
 
 @gluon.jit
 def _fa_s3_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GROUP,
                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr, EVEN_M: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                  LOADER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr):
+                  LOADER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, ONE_RELEASE: gl.constexpr):
     """BLOCK_M rows per warp group (64), 2·BLOCK_M per program. Launch with num_warps=4 (the default partition is
     consumer 0) and maxnreg such that 12 warps fit the register file."""
     gl.static_assert(NUM_STAGES >= 2, "the producer/consumer protocol of step 3 needs at least 2 stages")
@@ -517,10 +520,10 @@ def _fa_s3_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GRO
     gl.warp_specialize([
         (_s3_consumer, (o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn_bars,
                         qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
-                        CAUSAL, EVEN_M, PINGPONG, 0, FOLD)),
+                        CAUSAL, EVEN_M, PINGPONG, 0, FOLD, ONE_RELEASE)),
         (_s3_consumer1, (o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                          turn_bars, qk_scale, N_CTX, bh, tile_row0, n_full, n_total, BLOCK_M, BLOCK_N, HEAD_DIM,
-                         NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD)),
+                         NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, ONE_RELEASE)),
         (_ws_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                       bh * N_CTX + tile_row0, kv_row0, n_total, BLOCK_N, NUM_STAGES, 2)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
@@ -606,8 +609,8 @@ def _s4_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k
 def _s4_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                  turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M: gl.constexpr,
                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                 EVEN_M: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                 WG: gl.constexpr):
+                 EVEN_M: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, ONE_RELEASE: gl.constexpr,
+                 Q_BUFFERS: gl.constexpr, WG: gl.constexpr):
     o_layout: gl.constexpr = _wgmma_layout(4, HEAD_DIM)
     TILE_M: gl.constexpr = 2 * BLOCK_M
     c0 = 0
@@ -622,7 +625,7 @@ def _s4_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
         mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)
         acc, l_i = _s3_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, c0, t0, row0,
                             n_full, n_total, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                            PINGPONG, WG, FOLD)
+                            PINGPONG, WG, FOLD, ONE_RELEASE)
         _store_out(acc, l_i, o_desc, o_ptr, q_tile, row0, bh, N_CTX, o_layout, BLOCK_M, HEAD_DIM, EVEN_M)
         mbarrier.arrive(q_empty.index(qb))  # the store is done (store_wait): the producer may reload this buffer
         c0 += n_total
@@ -634,17 +637,19 @@ def _s4_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
 def _s4_consumer1(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                   turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  EVEN_M: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, Q_BUFFERS: gl.constexpr):
+                  EVEN_M: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, ONE_RELEASE: gl.constexpr,
+                  Q_BUFFERS: gl.constexpr):
     _s4_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                  turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM,
-                 NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, Q_BUFFERS, 1)
+                 NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, ONE_RELEASE, Q_BUFFERS, 1)
 
 
 @gluon.jit
 def _fa_s4_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GROUP, BH, HG,
                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr, EVEN_M: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                  LOADER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, Q_BUFFERS: gl.constexpr):
+                  LOADER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, ONE_RELEASE: gl.constexpr,
+                  Q_BUFFERS: gl.constexpr):
     """Step 3's partitions on a persistent grid of at most one program per SM (BH = B·H; HG: the tile order)."""
     gl.static_assert(NUM_STAGES >= 2, "the producer/consumer protocol needs at least 2 stages")
     gl.static_assert(BLOCK_M == 64, "one consumer warp group (4 warps) owns 64 query rows")
@@ -680,10 +685,10 @@ def _fa_s4_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GRO
     gl.warp_specialize([
         (_s4_consumer, (o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                         turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M, BLOCK_N,
-                        HEAD_DIM, NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, Q_BUFFERS, 0)),
+                        HEAD_DIM, NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, ONE_RELEASE, Q_BUFFERS, 0)),
         (_s4_consumer1, (o_desc, o_ptr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
                          v_empty, turn_bars, qk_scale, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M,
-                         BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, Q_BUFFERS)),
+                         BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, EVEN_M, PINGPONG, FOLD, ONE_RELEASE, Q_BUFFERS)),
         (_s4_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
                       v_empty, pid, nprog, n_m, n_tiles, BH, HG, H, GROUP, N_CTX, BLOCK_M, BLOCK_N, NUM_STAGES,
                       CAUSAL, Q_BUFFERS)),
@@ -702,15 +707,17 @@ CONFIGS = {
     2: {64: dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=3, num_warps=8, LOADER_REGS=24, maxnreg=None),
         128: dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=2, num_warps=8, LOADER_REGS=24, maxnreg=None)},
     3: {64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, num_warps=4, CONSUMER_REGS=240, LOADER_REGS=24,
-                 maxnreg=168, PINGPONG=True, FOLD=True),
+                 maxnreg=168, PINGPONG=True, FOLD=True, ONE_RELEASE=False),
         128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, num_warps=4, CONSUMER_REGS=240, LOADER_REGS=24,
-                  maxnreg=168, PINGPONG=True, FOLD=True)},
+                  maxnreg=168, PINGPONG=True, FOLD=True, ONE_RELEASE=False)},
     # step 4 without the turns: on 12-02 the free-running groups were as fast as ping-pong or faster.
     # HEAD_GROUP "auto": as many heads as keep their K/V within 24 MiB of L2 (0: head by head).
     4: {64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, num_warps=4, CONSUMER_REGS=240, LOADER_REGS=24,
-                 maxnreg=168, PINGPONG=False, FOLD=True, Q_BUFFERS=2, HEAD_GROUP="auto"),
+                 maxnreg=168, PINGPONG=False, FOLD=True, ONE_RELEASE=False, Q_BUFFERS=2,
+                 HEAD_GROUP="auto"),
         128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, num_warps=4, CONSUMER_REGS=240, LOADER_REGS=24,
-                  maxnreg=168, PINGPONG=False, FOLD=True, Q_BUFFERS=2, HEAD_GROUP="auto")},
+                  maxnreg=168, PINGPONG=False, FOLD=True, ONE_RELEASE=False, Q_BUFFERS=2,
+                  HEAD_GROUP="auto")},
 }
 # Sweeps for the GPU session (step, D, overrides): compiled by --compile-only, timed by --bench --variants.
 # Round 1 (2026-12-02, NOTES.md): PINGPONG=False beat the turn barriers at D=128 (569/586 against 562/574 non-causal,
@@ -718,16 +725,19 @@ CONFIGS = {
 # registers 232/40 helped non-causal fp16 (579/598 against 562/590), lost causal; 3 stages at D=128 lost; at D=64
 # no turns with 2 or 4 stages gained 3-15 % over step 3 at N=16384. Round 3 (step 4, the persistent grid): correct,
 # no faster without the mask, slower with it. Round 4 (below): the scale folded into one FFMA per score (FOLD), two Q
-# buffers and a balanced tile order for step 4, each switched off once against the same run.
+# buffers and a balanced tile order for step 4, each switched off once against the same run: FOLD +4-5 % without the
+# mask, the grouped order helped causal step 4 (+4 %) and cost 7 % without the mask, two Q buffers +0-5 % causal.
+# Round 5 (below): ONE_RELEASE, K_j's slot released together with V_{j-1}'s (one warp-group barrier per block, not
+# two: Gluon puts a bar.sync over the group before every mbarrier.arrive; PC sampling: 23 % of stalls at barriers).
 VARIANTS = [
-    (3, 128, dict(PINGPONG=False, FOLD=False)),  # the best of rounds 1-3
-    (3, 128, dict(PINGPONG=False)),  # + FOLD
-    (4, 128, dict(FOLD=False, Q_BUFFERS=1, HEAD_GROUP=0)),  # round 3's step 4
-    (4, 128, dict(Q_BUFFERS=1)),  # step 4 without the second Q buffer
-    (4, 128, dict(HEAD_GROUP=0)),  # step 4 head by head
-    (3, 64, dict(PINGPONG=False, NUM_STAGES=4, FOLD=False)),
-    (3, 64, dict(PINGPONG=False, NUM_STAGES=4)),
-    (4, 64, dict(NUM_STAGES=4)),
+    (3, 128, dict(PINGPONG=False)),  # round 4's best step 3 (FOLD)
+    (3, 128, dict(PINGPONG=False, ONE_RELEASE=True)),
+    (4, 128, dict(HEAD_GROUP=0)),  # round 4's best step 4 without the mask
+    (4, 128, dict(HEAD_GROUP=0, ONE_RELEASE=True)),
+    (4, 128, dict(ONE_RELEASE=True)),
+    (3, 64, dict(PINGPONG=False, NUM_STAGES=4, ONE_RELEASE=True)),
+    (4, 64, dict(ONE_RELEASE=True)),
+    (4, 64, dict(HEAD_GROUP=0, ONE_RELEASE=True)),
 ]
 KERNELS = {1: _fa_s1_kernel, 2: _fa_s2_kernel, 3: _fa_s3_kernel, 4: _fa_s4_kernel}
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -752,7 +762,7 @@ def _kernel_args(step, cfg, q2, k2, v2, o2, o, qk_scale, n, h, group, causal, gl
         const.update(NUM_WARPS=cfg["num_warps"], LOADER_REGS=cfg["LOADER_REGS"])
     else:
         const.update(CONSUMER_REGS=cfg["CONSUMER_REGS"], LOADER_REGS=cfg["LOADER_REGS"], PINGPONG=cfg["PINGPONG"],
-                     FOLD=cfg["FOLD"])
+                     FOLD=cfg["FOLD"], ONE_RELEASE=cfg["ONE_RELEASE"])
     if step == 4:
         bh = q2.shape[0] // n
         hg = cfg["HEAD_GROUP"]

@@ -8,12 +8,12 @@
 #                                bash results/h200/next_gpu_session.sh D     (nbval of notebooks 08 and 11, if time is left)
 #                                bash results/h200/next_gpu_session.sh E     (every reference on the cases added 12-01)
 #   ran on 12-02: F (A and E in one call), B, C, G (NOTES.md, "2026-12-02"); H, I, J, K, L in the second session
-#   (NOTES.md, "2026-12-02 (second session"); M, N in the third. Next: NOTES.md, "Next on the GPU".
+#   (NOTES.md, "2026-12-02 (second session"); M, N, O in the third. Next: NOTES.md, "Next on the GPU".
 #
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A to N}
+part=${1:?part A to O}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -109,9 +109,16 @@ case $part in
   N)  # 2026-12-02, third session: round 4 timed (FOLD, two Q buffers, the tile order), each switched off once
     step gluon_round4 450 python3 $G --bench --steps 3,4 --ns 4096,16384 --variants
     ;;
+  O)  # 2026-12-02, third session: round 5 (ONE_RELEASE), the new defaults checked against fp64
+    step gluon_round5 330 python3 $G --bench --steps 3,4 --ns 4096,16384 --variants
+    step gluon_check_release 150 python3 -c "import importlib.util, sys; sys.argv=['x']; \
+spec = importlib.util.spec_from_file_location('g', '$G'); g = importlib.util.module_from_spec(spec); \
+spec.loader.exec_module(g); [g.CONFIGS[s][d].update(ONE_RELEASE=True, PINGPONG=False) for s in (3, 4) for d in (64, 128)]; \
+sys.exit(g.check((3, 4)))"
+    ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
-  *) echo "part must be one of A to N" >&2; exit 2 ;;
+  *) echo "part must be one of A to O" >&2; exit 2 ;;
 esac
