@@ -1087,6 +1087,66 @@ def bench(steps=(1, 2, 3, 4), ns=(1024, 2048, 4096, 8192, 16384), variants=False
                           flush=True)
 
 
+FINALISTS = {  # fixed configurations timed again and again by --repeat (round 6): no picking the best of many columns
+    "step3": (3, {}),  # ping-pong + FOLD
+    "step3-free": (3, dict(PINGPONG=False)),
+    "step4-heads": (4, dict(HEAD_GROUP=0)),
+    "step4": (4, {}),
+}
+
+
+def bench_repeat(reps=3, ns=(4096, 16384), dims=(128, 64)):
+    """Every cell timed `reps` times, the providers interleaved within each repetition, every output checked against
+    fp64 first. Prints the median of the medians and the range, and each finalist's ratio to cuDNN of the same rep."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    props = torch.cuda.get_device_properties(0)
+    print(f"GPU {props.name}, torch {torch.__version__} (cuDNN {torch.backends.cudnn.version()}), triton "
+          f"{triton.__version__}; B=4, H=32; {reps} repetitions; TFLOP/s median [min-max]; ratio to cuDNN per rep")
+    B, H = 4, 32
+    for dtype in (torch.float16, torch.bfloat16):
+        for d in dims:
+            for causal in (False, True):
+                for n in ns:
+                    torch.manual_seed(n + d)
+                    q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=dtype) for _ in range(3))
+                    flops = 4.0 * B * H * n * n * d / (2 if causal else 1)
+                    hs = 2 if n <= 8192 else 1
+                    ref = _reference(q[:1, :hs], k[:1, :hs], v[:1, :hs], causal)
+                    fns = {}
+                    for name, (step, over) in FINALISTS.items():
+                        fns[name] = lambda step=step, over=over: gluon_attention(q, k, v, causal=causal, step=step,
+                                                                                  config=over)
+                    for name, be in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("FLASH", SDPBackend.FLASH_ATTENTION)):
+                        def f(be=be):
+                            with sdpa_kernel(be):
+                                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        fns[name] = f
+                    bad = []
+                    for name, fn in fns.items():
+                        err = (fn()[:1, :hs].double() - ref).abs().max().item()
+                        if not err <= TOL[dtype]:
+                            bad.append(f"{name} err {err:.1e}")
+                    fns = {k_: f_ for k_, f_ in fns.items() if not any(b.startswith(k_ + " ") for b in bad)}
+                    times = {name: [] for name in fns}
+                    for _ in range(reps):
+                        for name, fn in fns.items():
+                            times[name].append(flops / triton.testing.do_bench(fn, return_mode="median") * 1e-9)
+                    tag = f"{str(dtype)[6:]:>8} D={d:<3} causal={causal!s:<5} N={n:<5}"
+                    cells = []
+                    for name, t in times.items():
+                        t_sorted = sorted(t)
+                        cells.append(f"{name} {t_sorted[len(t) // 2]:.0f} [{t_sorted[0]:.0f}-{t_sorted[-1]:.0f}]")
+                    print(tag + "  " + ", ".join(cells) + (f"  WRONG: {bad}" if bad else ""), flush=True)
+                    if "cuDNN" in times:
+                        ratios = []
+                        for name in FINALISTS:
+                            if name in times:
+                                r = sorted(a / b for a, b in zip(times[name], times["cuDNN"]))
+                                ratios.append(f"{name} {r[len(r) // 2]:.3f} [{r[0]:.3f}-{r[-1]:.3f}]")
+                        print(" " * len(tag) + "  vs cuDNN: " + ", ".join(ratios), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--compile-only", action="store_true", help="compile every step for sm_90 (no GPU needed)")
@@ -1097,6 +1157,8 @@ def main():
     p.add_argument("--variants", action="store_true", help="--bench: also time VARIANTS")
     p.add_argument("--fp16-only", action="store_true", help="--bench: fp16 only")
     p.add_argument("--verbose", action="store_true", help="--compile-only: print ptxas output")
+    p.add_argument("--repeat", type=int, default=0, help="GPU: FINALISTS timed this many times, interleaved")
+    p.add_argument("--dims", default="128,64", help="--repeat: head dims")
     a = p.parse_args()
     rc = 0
     if a.compile_only:
@@ -1107,7 +1169,9 @@ def main():
     if a.bench:
         bench(steps, tuple(int(n) for n in a.ns.split(",")), a.variants,
               (torch.float16,) if a.fp16_only else None)
-    if not (a.compile_only or a.check or a.bench):
+    if a.repeat:
+        bench_repeat(a.repeat, tuple(int(n) for n in a.ns.split(",")), tuple(int(d) for d in a.dims.split(",")))
+    if not (a.compile_only or a.check or a.bench or a.repeat):
         p.print_help()
     return rc
 
