@@ -3,7 +3,7 @@ and the worst error as a fraction of the tolerance), the hidden cases of batch g
 tests/test_inference.py, each in a process of its own (a mutant that faults on the GPU leaves the CUDA context
 unusable for whatever runs after it in the same process).
 
-Usage: python results/h200/check_inference_gpu.py [ref] [hidden] [mutants [--jobs=N]] [EXERCISE_ID ...]
+Usage: python results/h200/check_inference_gpu.py [ref] [hidden] [mutants [--jobs=N] [--first=I]] [EXERCISE_ID ...]
 (default: ref)
 """
 
@@ -61,10 +61,11 @@ def one_mutant(index: int):
           flush=True)
 
 
-def mutants(jobs: int = 1):
-    """Every mutant in a process of its own, `jobs` at a time (compilation is CPU-bound; the GPU is shared)."""
+def mutants(jobs: int = 1, first: int = 0):
+    """Every mutant from `first` on in a process of its own, `jobs` at a time (compilation is CPU-bound; the GPU is
+    shared)."""
     import test_inference as ti
-    waiting, running = list(range(len(ti.MUTANTS))), []
+    waiting, running = list(range(first, len(ti.MUTANTS))), []
     while waiting or running:
         while waiting and len(running) < jobs:
             running.append(subprocess.Popen([sys.executable, __file__, "--mutant", str(waiting.pop(0))], cwd=ROOT))
@@ -85,4 +86,5 @@ if __name__ == "__main__":
         hidden_cases(chosen)
     if "mutants" in modes:
         jobs = [int(a.removeprefix("--jobs=")) for a in args if a.startswith("--jobs=")]
-        mutants(jobs[0] if jobs else 1)
+        first = [int(a.removeprefix("--first=")) for a in args if a.startswith("--first=")]
+        mutants(jobs[0] if jobs else 1, first[0] if first else 0)

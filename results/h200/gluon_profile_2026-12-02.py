@@ -3,10 +3,11 @@ gluon_fa_hopper_2026-12-01.py, per source line and per partition (producer, cons
 
     python results/h200/gluon_profile_2026-12-02.py --out $OUT/gluon-profile
 
-Each configuration runs 20 times under PC sampling (fp16, B=4, H=32, N=4096, D=128 unless told otherwise) after its
-kernel time was taken without the profiler. A line's samples are attributed to the innermost Gluon function it
-belongs to (the kernels inline everything); _ws_loader/_s4_loader/_s4_load_kv are the producer warp, the rest the
-two consumer warp groups. Output: a table per configuration, and the raw .hatchet files under --out.
+Each configuration runs 20 times under PC sampling (fp16, B=4, H=32, N=4096, D=128 unless told otherwise), its first
+launch in the process among them; then its output is checked against fp64 and timed without the profiler. A line's
+samples are attributed to the innermost Gluon function it belongs to (the kernels inline everything);
+_ws_loader/_s4_loader/_s4_load_kv are the producer warp, the rest the two consumer warp groups. Output: a table per
+configuration, and the raw .hatchet files under --out.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def main() -> int:
         ("step3 no turns, FOLD", 3, dict(PINGPONG=False), False),
         ("step3 no turns, no FOLD", 3, dict(PINGPONG=False, FOLD=False), False),
         ("step3 ping-pong, FOLD", 3, dict(), False),
+        ("step3 no turns, FOLD, ONE_RELEASE", 3, dict(PINGPONG=False, ONE_RELEASE=True), False),
         ("step4 (FOLD, 2 Q buffers, grouped order), causal", 4, dict(), True),
     ]
     B, H, N, D = 4, 32, 4096, 128
@@ -137,17 +139,11 @@ def main() -> int:
     for i, (name, step, over, causal) in enumerate(configs):
         def run(step=step, over=over, causal=causal):
             return g.gluon_attention(q, k, v, causal=causal, step=step, config=over)
-        out = run()
-        ref = g._reference(q[:1, :2], k[:1, :2], v[:1, :2], causal)
-        err = (out[:1, :2].double() - ref).abs().max().item()
-        ms = triton.testing.do_bench(run, return_mode="median")
-        flops = 4.0 * B * H * N * N * D / (2 if causal else 1)
-        print(f"\n== {name}: max err {err:.1e} (tol {g.TOL[torch.float16]:.0e}), {ms:.3f} ms, "
-              f"{flops / ms * 1e-9:.0f} TFLOP/s")
-        if err > g.TOL[torch.float16]:
-            print("  WRONG: not profiled")
-            continue
+        # Profile first: CUPTI maps samples to source lines only for modules loaded while the session runs, so the
+        # kernel's first launch in this process (its compile or disk-cache load) must happen inside the session
+        # (12-02, second call: profiled after timing, every sample came back without a line).
         path = os.path.join(a.out, f"config{i}")
+        profiled = True
         try:
             proton.start(path, backend="cupti", mode="pcsampling", context="python")
             for _ in range(a.calls):
@@ -156,8 +152,19 @@ def main() -> int:
             proton.finalize()
         except Exception as e:  # noqa: BLE001 -- a refused profiler is a result too
             print(f"  proton pcsampling: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            profiled = False
+        out = run()
+        ref = g._reference(q[:1, :2], k[:1, :2], v[:1, :2], causal)
+        err = (out[:1, :2].double() - ref).abs().max().item()
+        ms = triton.testing.do_bench(run, return_mode="median")
+        flops = 4.0 * B * H * N * N * D / (2 if causal else 1)
+        print(f"\n== {name}: max err {err:.1e} (tol {g.TOL[torch.float16]:.0e}), {ms:.3f} ms, "
+              f"{flops / ms * 1e-9:.0f} TFLOP/s")
+        if err > g.TOL[torch.float16]:
+            print("  WRONG: profile not shown")
             continue
-        summarise(path + ".hatchet", lookup)
+        if profiled:
+            summarise(path + ".hatchet", lookup)
     return 0
 
 

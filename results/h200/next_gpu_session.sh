@@ -8,12 +8,12 @@
 #                                bash results/h200/next_gpu_session.sh D     (nbval of notebooks 08 and 11, if time is left)
 #                                bash results/h200/next_gpu_session.sh E     (every reference on the cases added 12-01)
 #   ran on 12-02: F (A and E in one call), B, C, G (NOTES.md, "2026-12-02"); H, I, J, K, L in the second session
-#   (NOTES.md, "2026-12-02 (second session"); M, N, O, P in the third. Next: NOTES.md, "Next on the GPU".
+#   (NOTES.md, "2026-12-02 (second session"); M to Q in the third. Next: NOTES.md, "Next on the GPU".
 #
 # Every step has its own timeout and its own log under $OUT, so a hang in one (a wrong mbarrier parity shows as a
 # hang) costs that step's budget only and the logs of the others still come back.
 set -uo pipefail
-part=${1:?part A to P}
+part=${1:?part A to Q}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -119,9 +119,14 @@ sys.exit(g.check((3, 4)))"
   P)  # 2026-12-02, third session: round 6, the finalists timed 3 times each, interleaved, with cuDNN and FLASH
     step gluon_round6 420 python3 $G --repeat 3 --ns 4096,16384 --dims 128,64
     ;;
+  Q)  # 2026-12-02, third session, last call: PC sampling per source line (the kernels first launched inside the
+     # profiling session), then notebook 10's mutants 16-26 on the GPU for whatever time is left
+    step gluon_profile_lines 120 python3 results/h200/gluon_profile_2026-12-02.py --out "$OUT/gluon-profile"
+    step mutants_16_26 200 python3 results/h200/check_inference_gpu.py mutants --jobs=6 --first=16
+    ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
       flash_attention_varlen flash_attention_forward flash_attention_backward flash_attention_autograd flash_attention
     ;;
-  *) echo "part must be one of A to P" >&2; exit 2 ;;
+  *) echo "part must be one of A to Q" >&2; exit 2 ;;
 esac
