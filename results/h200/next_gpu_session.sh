@@ -122,7 +122,7 @@ sys.exit(g.check((3, 4)))"
   Q)  # 2026-12-02, third session, last call: PC sampling per source line (the kernels first launched inside the
      # profiling session), then notebook 10's mutants 16-26 on the GPU for whatever time is left
     step gluon_profile_lines 120 python3 results/h200/gluon_profile_2026-12-02.py --out "$OUT/gluon-profile"
-    step mutants_16_26 200 python3 results/h200/check_inference_gpu.py mutants --jobs=6 --first=16
+    step mutants_16_26 140 python3 results/h200/check_inference_gpu.py mutants --jobs=6 --first=16
     ;;
   E)
     step references 500 python3 results/h200/references_gpu_2026-12-02.py flash_decode flash_decode_paged \
