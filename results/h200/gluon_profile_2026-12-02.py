@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gzip
 import importlib.util
 import json
 import os
@@ -59,7 +60,8 @@ def leaves(node, path=()):
 
 
 def summarise(hatchet_path, lookup, top=25):
-    with open(hatchet_path) as f:
+    opener = gzip.open if str(hatchet_path).endswith(".gz") else open
+    with opener(hatchet_path, "rt") as f:
         data = json.load(f)
     roots = data if isinstance(data, list) else [data]
     per_line = {}
@@ -72,13 +74,21 @@ def summarise(hatchet_path, lookup, top=25):
             if not samples:
                 continue
             label = path[-1]
-            if len(examples) < 6:
+            if len(examples) < 3:
                 examples.append(" > ".join(x[-50:] for x in path[-3:]))
-            m = (re.search(re.escape(GLUON_FILE.name) + r"\D*(\d+)", label)
-                 or re.search(r"[:@](\d+)\b", label))
-            line = int(m.group(1)) if m else None
-            func = lookup(line) if line else "(no line)"
-            key = (func, line, label if line is None else "")
+            m = re.search(r"([^/\s]+\.py):(\d+)@", label)
+            if m and m.group(1) == GLUON_FILE.name:
+                line = int(m.group(2))
+                func = lookup(line)
+                key = (func, line, "")
+            elif m:  # Triton's own code inlined into the kernel (standard.py: the reductions' combine functions)
+                line = None
+                func = f"{m.group(1)}:{m.group(2)}"
+                key = (func, None, label)
+            else:
+                line = None
+                func = "(no line)"
+                key = (func, None, label)
             for store, k in ((per_line, key), (per_func, func), (total, "all")):
                 d = store.setdefault(k, {})
                 for mk, mv in metrics.items():
@@ -103,7 +113,7 @@ def summarise(hatchet_path, lookup, top=25):
     print(f"    (producer partition {100 * prod / n_all:.1f}% of samples)")
     print(f"  top {top} lines:")
     for (func, line, label), d in sorted(per_line.items(), key=lambda kv: -kv[1]["num_samples"])[:top]:
-        src = _source_line(line) if line else label[:60]
+        src = _source_line(line) if line else "(Triton's own source)" if ".py:" in func else label[:60]
         print(f"    {func:<16} {line or '-':>5} {100 * d['num_samples'] / n_all:5.1f}%  {reasons(d, 3):<50} {src}")
 
 
@@ -118,7 +128,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="/tmp/gluon-profile")
     p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--summarise", metavar="DIR", help="no GPU: the tables of the .hatchet(.gz) files in DIR again")
     a = p.parse_args()
+    if a.summarise:
+        for path in sorted(Path(a.summarise).glob("*.hatchet*")):
+            print(f"\n== {path.name}")
+            summarise(str(path), function_of_line())
+        return 0
     os.makedirs(a.out, exist_ok=True)
     import triton
     import triton.profiler as proton
