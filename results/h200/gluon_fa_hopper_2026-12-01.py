@@ -728,7 +728,8 @@ CONFIGS = {
 # buffers and a balanced tile order for step 4, each switched off once against the same run: FOLD +4-5 % without the
 # mask, the grouped order helped causal step 4 (+4 %) and cost 7 % without the mask, two Q buffers +0-5 % causal.
 # Round 5 (below): ONE_RELEASE, K_j's slot released together with V_{j-1}'s (one warp-group barrier per block, not
-# two: Gluon puts a bar.sync over the group before every mbarrier.arrive; PC sampling: 23 % of stalls at barriers).
+# two: Gluon puts a bar.sync over the group before every mbarrier.arrive; PC sampling: 23 % of stalls at barriers):
+# no measurable change. Round 6 (FINALISTS, --repeat 3): NOTES.md, "2026-12-02 (third session".
 VARIANTS = [
     (3, 128, dict(PINGPONG=False)),  # round 4's best step 3 (FOLD)
     (3, 128, dict(PINGPONG=False, ONE_RELEASE=True)),
