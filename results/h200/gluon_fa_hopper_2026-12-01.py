@@ -26,6 +26,7 @@ is_causal (top-left). Not imported by anything in the course.
   python gluon_fa_hopper_2026-12-01.py --compile-only   # no GPU needed: compiles every step for sm_90a
   python gluon_fa_hopper_2026-12-01.py --check          # GPU: every step against fp64 attention
   python gluon_fa_hopper_2026-12-01.py --bench          # GPU: TFLOP/s next to SDPA cuDNN / FLASH
+  python gluon_fa_hopper_2026-12-01.py --repeat 3       # GPU: FINALISTS, 3 interleaved repetitions (gluon.md)
 """
 
 import argparse
