@@ -9,7 +9,9 @@
 # - triton: installed only when missing, at the version torch pins for this platform. When an installed pair does
 #   not match, the script prints the pip command that fixes it and changes nothing.
 # - the rest of the course's dependencies, read from pyproject.toml ([project] dependencies: numpy, matplotlib,
-#   ipywidgets, tqdm), and setuptools, to install the grader offline: installed when missing.
+#   ipywidgets, tqdm), and setuptools, to install the grader offline: installed when missing. Not jupyterlab, which
+#   that list also names for the README's install: this script runs where a Jupyter is already open (Colab,
+#   ModelScope, the kernel of a notebook opened on its own), so it only says how to get one where it finds none.
 # - the grader package: installed editable from this checkout, unless `import grader` already finds this checkout.
 # - pip's index: the one the platform configured (PIP_INDEX_URL or a pip.conf: ModelScope and many machines in
 #   China set a mirror) is used as it is and printed; the script never passes another index, except PyTorch's CPU
@@ -51,7 +53,7 @@ elif cmd == "triton-pin":  # "DIST VERSION" when torch pins triton (DIST==VERSIO
         if "triton" in req.name and pins and (req.marker is None or req.marker.evaluate({"extra": ""})):
             print(req.name, pins[0])
             break
-elif cmd == "deps":  # the [project] dependencies of pyproject.toml at args[0] but torch and triton, by name
+elif cmd == "deps":  # the [project] dependencies of pyproject.toml at args[0] but torch, triton and jupyterlab
     import re
     text = open(args[0], encoding="utf-8").read()
     try:
@@ -60,7 +62,7 @@ elif cmd == "deps":  # the [project] dependencies of pyproject.toml at args[0] b
     except ImportError:  # Python 3.10: the one list, read by hand
         deps = re.findall(r"\"([^\"]+)\"", re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, re.M | re.S).group(1))
     names = [re.match(r"[A-Za-z0-9._-]+", d).group(0) for d in deps]
-    print(" ".join(n for n in names if n not in ("torch", "triton")))  # each name is also the name of its module
+    print(" ".join(n for n in names if n not in ("torch", "triton", "jupyterlab")))  # each also names its module
 elif cmd == "pip-index":  # "URL<TAB>WHERE" of the index pip is configured to use; nothing for the default (PyPI)
     import configparser
     if os.environ.get("PIP_INDEX_URL"):
@@ -180,6 +182,10 @@ case "$platform" in
        echo "ipywidgets was just installed: reload the Jupyter page in your browser so that widgets show"
      fi ;;
 esac
+if [ "$platform" = "this machine" ] && [ "$(ask missing jupyterlab notebook)" = "jupyterlab notebook" ]; then
+  echo "no Jupyter for $py: to open the notebooks, $py -m pip install jupyterlab &&" \
+    "$py -m jupyter lab $here/notebooks/"
+fi
 if [ -n "$installed" ]; then
   echo "done: installed$installed"
 else

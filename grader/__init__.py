@@ -8,6 +8,7 @@
     grader.reference("flash_attention")           # the instructor's implementation (to call, not to read)
     grader.solution("flash_attention")            # the reference answer explained, once you have attempted it
     grader.load_notebook("06_flash_attention")    # functions from the export cells of another notebook
+    grader.yours_or_reference("flash_attention", flash_attention)  # for a demo: yours once finished, else the reference
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ if TYPE_CHECKING:
     from .checking import check
     from .environment import Environment
     from .exercises import EXERCISES
-    from .notebooks import load_notebook, reference
+    from .notebooks import load_notebook, reference, yours_or_reference
     from .results import CheckResult
     from .tolerances import TOLERANCES
 
-__all__ = ["setup", "check", "benchmark", "progress", "reference", "solution", "load_notebook", "EXERCISES",
-           "Environment", "CheckResult", "TOLERANCES"]
+__all__ = ["setup", "check", "benchmark", "progress", "reference", "solution", "load_notebook", "yours_or_reference",
+           "EXERCISES", "Environment", "CheckResult", "TOLERANCES"]
 __version__ = "0.1.0"
 
 _T = catalogue("grader", {
@@ -39,7 +40,7 @@ _T = catalogue("grader", {
 # Imported on first use, so that torch-free tools (python -m grader.tools.build) run without torch installed.
 _LAZY = {"benchmark": "benchmarks", "check": "checking", "CheckResult": "results", "Environment": "environment",
          "EXERCISES": "exercises", "load_notebook": "notebooks", "reference": "notebooks",
-         "TOLERANCES": "tolerances", "solution": "answers"}
+         "TOLERANCES": "tolerances", "solution": "answers", "yours_or_reference": "notebooks"}
 
 
 def __getattr__(name: str):

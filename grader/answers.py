@@ -28,7 +28,7 @@ T = catalogue("answers", {
     "no_explanation": ("(no step-by-step explanation has been written for this exercise yet)",
                        "（这个练习的逐步解析还没有写）"),
     "in_call": ("grader.solution is not available inside a function being graded: write the exercise yourself",
-                "被评测的函数里不能调用 grader.solution：请自己完成这个练习"),
+                "被判分的函数里不能调用 grader.solution：请自己完成这个练习"),
     "unavailable": ("no reference answer of {id} in this copy of the course ({why})",
                     "这份课程副本里没有 {id} 的参考答案（{why}）"),
 })
@@ -56,7 +56,8 @@ class Solution:
 
 
 def attempted(exercise_id: str) -> bool:
-    """Whether a check of the exercise ever ran with at least one TODO filled in (kept in the progress file)."""
+    """Whether a check of the exercise ever was an attempt (grader.attempts.status: at least one of its TODOs
+    filled in), as the progress file keeps it."""
     e = store.entry(store.load().get(exercise_id))
     return bool(e and e["attempted"])
 

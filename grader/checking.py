@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
-from . import environment, exercises, messages, notebooks, reports, safety, store
+from . import attempts, environment, exercises, messages, notebooks, reports, safety, store
 from .exercises.base import Case, Exercise, fmt_dtype
 from .messages import catalogue
+from .replaced import judging_failed
 from .results import CaseResult, CheckResult
 from .safety import Outcome, run_learner
 
@@ -56,7 +57,7 @@ T = catalogue("checking", {
     "simulated": ("grader.pipeline_sim (a model of a Hopper SM: the same on every machine)",
                   "grader.pipeline_sim（Hopper SM 的模型：在哪台机器上跑都一样）"),
     "kept": ("your passing code is kept in {path} (later notebooks grade it from there)",
-             "你通过的代码已保存到 {path}（后面的 notebook 会从那里读取并评测）"),
+             "你通过的代码已保存到 {path}（后面的 notebook 会从那里读取并判分）"),
 })
 messages.case_names({"argument": "参数"})  # the one case grader.check makes itself (fn is not callable)
 
@@ -165,7 +166,9 @@ def _run_case(ex: Exercise, runner: Runner, case: Case, index: int, env, referen
     res.seconds = outcome.seconds
     if outcome.kind == "not_attempted":
         res.status = "NOT ATTEMPTED"
-        res.problems.append(outcome.message)
+        res.todo = safety.stub_label(outcome.error)
+        elsewhere = attempts.other_exercise_message(ex, res.todo) if res.todo else None
+        res.problems.append(elsewhere or outcome.message)
     elif case.raises is not None and outcome.kind in ("ok", "exception"):
         if _judge_raises(outcome, case, res):
             res.status = "PASS"
@@ -246,7 +249,11 @@ def run_cases(ex: Exercise, env, seed: int, runner: Runner, result: CheckResult,
             result.cases.append(CaseResult(i, case.name, case.shapes, fmt_dtype(case.dtype), "FAIL", tags=case.tags,
                                            problems=[stop]))
             continue
-        res, how = _run_case(ex, runner, case, i, env, reference, timeout, order_probes)
+        try:
+            res, how = _run_case(ex, runner, case, i, env, reference, timeout, order_probes)
+        except Exception as e:  # noqa: BLE001 - the judging failed (a notebook cell replaced what it calls?)
+            res, how = CaseResult(i, case.name, case.shapes, fmt_dtype(case.dtype), "FAIL", tags=case.tags,
+                                  problems=[judging_failed(e)]), "judging_failed"
         kinds.add(how)
         result.cases.append(res)
         if how == "timeout":
@@ -274,8 +281,10 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
                                        problems=[T("not_callable", signature=ex.signature,
                                                    got=type(fn).__name__)]))
     else:
+        result.attempt = attempts.of(ex, fn)
         reference = None if timeout is not None or notebooks.is_reference(fn) else _load_reference(ex)
         run_cases(ex, env, seed, in_process(fn), result, reference=reference, timeout=timeout)
+        attempts.settle(result.attempt, ex, [c.todo for c in result.cases if c.todo])
         speed_cases, speed_notes = ex.speed_cases(env, fn, seed, result.passed)
         for i, c in enumerate(speed_cases, len(result.cases) + 1):
             c.index = i

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .messages import catalogue
+from .messages import catalogue, join
 from .tolerances import tolerance
 
 T = catalogue("diagnosis", {
-    "runs_of": ("{ranges} (of 0–{last})", "0–{last} 中的 {ranges}"),
+    "runs_of": ("{ranges} (of 0–{last})", "{ranges}（共 0–{last}）"),
     "positions": ("{n} positions", "{n} 个"),
     "periodic": ("{what} of every {p}, from 0 to {last} (look at what depends on the position inside a block)",
                  "0 到 {last} 之间，每 {p} 个位置中的 {what}（看看哪些计算依赖于块内的位置）"),
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 def ranges(idx: list[int]) -> str:
     """[0,1,2,5,9,10] -> '0–2, 5, 9–10'"""
-    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs(idx))
+    return join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs(idx))
 
 
 def runs(idx: list[int]) -> list[tuple[int, int]]:
@@ -179,4 +179,4 @@ def batch_head_hint(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) ->
     if bool(close(out, first.expand_as(out), dtype).all()):
         return T("same_as_first")
     bad = (~ok).nonzero().tolist()
-    return T("some_slices", slices=", ".join(str(tuple(x)) for x in bad[:6]))
+    return T("some_slices", slices=join(str(tuple(x)) for x in bad[:6]))

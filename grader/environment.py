@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .device import driver_version, interpreter_requested, shared_memory_limit, use_interpreter
-from .messages import Text, catalogue
+from .messages import Text, catalogue, join
 
 T = catalogue("environment", {
     "interpreter_label": ("Triton interpreter on the CPU (timings meaningless)",
@@ -24,7 +24,7 @@ T = catalogue("environment", {
     "smem": ("shared memory / block", "每个线程块的共享内存"),
     "kib": ("{n} KiB", "{n} KiB"),
     "driver": ("driver", "驱动"),
-    "dtypes": ("dtypes graded", "评测的数据类型"),
+    "dtypes": ("dtypes graded", "判分用的数据类型"),
     "not_installed": ("not installed", "未安装"),
     "note": ("note: {note}", "注意：{note}"),
     "old_gpu": ("Triton needs compute capability 7.0 or newer; this GPU has {major}.x",
@@ -35,7 +35,7 @@ T = catalogue("environment", {
     "no_gpu": ("no CUDA GPU found: Triton kernels run through the interpreter (TRITON_INTERPRET=1)",
                "没有找到 CUDA GPU：Triton kernel 通过解释器运行（TRITON_INTERPRET=1）"),
     "forced": ("TRITON_INTERPRET=1 was set: grading on the CPU although a GPU is present",
-               "设置了 TRITON_INTERPRET=1：虽然有 GPU，仍在 CPU 上评测"),
+               "设置了 TRITON_INTERPRET=1：虽然有 GPU，仍在 CPU 上判分"),
 })
 
 _ENV: Environment | None = None
@@ -86,7 +86,7 @@ class Environment:
                 (T("driver"), self.driver or "?"),
             ]
         rows += [
-            (T("dtypes"), ", ".join(str(d).replace("torch.", "") for d in self.dtypes)),
+            (T("dtypes"), join(str(d).replace("torch.", "") for d in self.dtypes)),
             ("torch", self.torch_version),
             ("triton", self.triton_version or T("not_installed")),
             ("python", self.python_version),

@@ -11,7 +11,8 @@ export cells define.
 Each submission's export cells run in a child process of their own (grader.sandbox: a fresh temporary working
 directory, the grader without the solutions, limits on time, memory and output); every exercise of its notebook
 goes through the same cases as grader.check, drawn `--draws` times from the seed, plus the exercise's hidden
-cases. The oracle, the comparison and the verdict run here, in the parent, on what the child returns.
+cases. The oracle, the comparison and the verdict run here, in the parent, on what the child returns (for notebook
+11's protocols: the operations the partitions yielded, which the parent simulates itself).
 
 Writes DIR/grades.csv (student × exercise), DIR/summary.csv (one row per student), DIR/feedback/<student>.html
 (the reports a learner sees), DIR/grade.log, and DIR/work/<submission>/output.log (what the submission printed).

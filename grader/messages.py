@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from . import config
 
@@ -88,8 +88,53 @@ def catalogue(namespace: str, entries: dict[str, tuple[str, str]]) -> Callable[.
 
 def say(msg_id: str, **values: object) -> str:
     """The message `msg_id` in the language in force, with `values` filled in."""
-    text = CATALOGUE[msg_id][language()]
-    return text.format(**values) if values or fields(text) else text
+    lang = language()
+    text = CATALOGUE[msg_id][lang]
+    if not (values or fields(text)):
+        return text
+    return fill_zh(text, values) if lang == "zh" else text.format(**values)
+
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_WORD = re.compile(r"[A-Za-z0-9_]")
+
+
+def fill_zh(text: str, values: dict[str, object]) -> str:
+    """str.format for a Chinese text, spacing each placeholder's value as Chinese typesetting wants it: one space
+    between a Chinese character and a Latin letter or digit ("当前环境是 CPU 上的…", "消费者 0 在…"), none between
+    two Chinese characters ("生产者在…", for a template written "{actor} 在…" to suit both)."""
+    formatter = string.Formatter()
+    pieces: list[tuple[str, bool]] = []  # (text, is a value)
+    for literal, name, spec, conv in formatter.parse(text):
+        if literal:
+            pieces.append((literal, False))
+        if name is not None:
+            value, _ = formatter.get_field(name, (), values)
+            value = formatter.convert_field(value, conv)
+            pieces.append((formatter.format_field(value, formatter.vformat(spec or "", (), values)), True))
+    out = ""
+    for i, (piece, is_value) in enumerate(pieces):
+        if not piece:
+            continue
+        at_value = is_value or (i > 0 and pieces[i - 1][1])
+        if out and at_value:
+            if (piece.startswith(" ") and not is_value and len(piece) > 1 and _HAN.match(piece[1])
+                    and _HAN.match(out[-1])):
+                piece = piece[1:]  # "{actor} 在" with actor = 生产者
+            elif (out.endswith(" ") and is_value and len(out) > 1 and _HAN.match(out[-2])
+                  and _HAN.match(piece[0])):
+                out = out[:-1]  # "块 {x}" with x = 中文
+            elif (_HAN.match(out[-1]) and _WORD.match(piece[0])) or (_WORD.match(out[-1]) and _HAN.match(piece[0])):
+                piece = " " + piece
+        out += piece
+    return out
+
+
+def join(items: Iterable[object], sep: str = ", ") -> str:
+    """`sep.join(items)` in the language in force: a Chinese list is joined with 、 (", ") or ； ("; ")."""
+    if language() == "zh":
+        sep = {", ": "、", "; ": "；"}.get(sep, sep)
+    return sep.join(str(item) for item in items)
 
 
 class Text:
@@ -121,7 +166,7 @@ _SUFFIXES = [  # what the checking loop and the exercises append to a case's nam
     (re.compile(r"^(?P<base>.*) \(draw (?P<n>\d+)\)$"), ("{base} (draw {n})", "{base}（第 {n} 次抽样）")),
     (re.compile(r"^(?P<base>.*) \(hidden\)$"), ("{base} (hidden)", "{base}（隐藏用例）")),
     (re.compile(r"^bad arguments: (?P<base>.*)$"), ("bad arguments: {base}", "非法参数：{base}")),
-    (re.compile(r"^(?P<base>.*) (?P<tail>\((?:block_m|n_q)=[^()]*\))$"), ("{base} {tail}", "{base} {tail}")),
+    (re.compile(r"^(?P<base>.*) \((?P<tail>(?:block_m|n_q)=[^()]*)\)$"), ("{base} ({tail})", "{base}（{tail}）")),
 ]
 
 

@@ -12,23 +12,26 @@ import functools
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import symtable
 import sys
 import tempfile
+import types
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from . import config
-from .messages import catalogue
+from .messages import catalogue, join
+from .todo_labels import todo_label
 
 T = catalogue("notebooks", {
     "no_export_cells": ("{path} has no cells tagged '{tag}'", "{path} 里没有打了 '{tag}' 标签的单元格"),
     "not_found": ("notebook {name} not found (looked in: {looked})",
                   "找不到 notebook {name}（找过这些地方：{looked}）"),
-    "graded_from": ("graded `{function}` from {path}", "评测的是 {path} 里的 `{function}`"),
+    "graded_from": ("graded `{function}` from {path}", "判分的是 {path} 里的 `{function}`"),
     "unfinished": ("that file still has {n} unfinished TODO(s) ({first}): finish them in notebook {notebook}, run its "
                    "`grader.check(\"{exercise}\", {function})` cell until it passes (that keeps your code in {kept}), "
                    "then run this cell again",
@@ -42,27 +45,34 @@ T = catalogue("notebooks", {
     "no_solution_end": (")", "）"),
     "reference_in_call": ("grader.reference is not available inside a function being graded: write the exercise "
                           "yourself",
-                          "在被评测的函数内部不能调用 grader.reference：这个练习请自己动手写"),
+                          "在被判分的函数内部不能调用 grader.reference：这个练习请自己动手写"),
     "no_export": ("the solution of {notebook} exports no function {function}",
                   "{notebook} 的参考答案没有导出函数 {function}"),
     "reference_of_in_call": ("the reference solution of {exercise} is not available inside a function being graded: "
                              "write the exercise yourself",
-                             "在被评测的函数内部不能使用 {exercise} 的参考实现：这个练习请自己动手写"),
+                             "在被判分的函数内部不能使用 {exercise} 的参考实现：这个练习请自己动手写"),
 })
 
 EXPORT_TAG = "export"
 _CACHE: dict[tuple[str, str], ModuleType] = {}
+# A notebook file (as named) -> (its stat stamp, the module of its export cells). reference() runs on every call of a
+# benchmark's timed loop: an unchanged file costs one stat, an edited one (an instructor's) is read again.
+_FILES: dict[str, tuple[tuple[int, int, int], ModuleType]] = {}
 _REFERENCES: set[int] = set()  # id() of every function handed out by reference(): grading them is not progress
 _WRAPPED: dict[str, tuple[Callable, Callable]] = {}  # exercise id -> (the solution's function, what reference() gave)
 
 
+_ROOT = Path(__file__).resolve().parent.parent
+_SOLUTIONS = _ROOT / "solutions"
+
+
 def repo_root() -> Path:
-    return Path(__file__).resolve().parent.parent
+    return _ROOT
 
 
 def solutions_dir() -> Path:
     custom = config.SOLUTIONS.path()
-    return custom if custom else repo_root() / "solutions"
+    return custom if custom else _SOLUTIONS
 
 
 def cell_source(cell: dict) -> str:
@@ -125,10 +135,24 @@ def load_source(source: str, label: str, origin: Path | None = None) -> ModuleTy
     return module
 
 
+def _stamp(path: str | Path) -> tuple[int, int, int]:
+    """What changes when a file is edited or replaced (saving a notebook writes a new file): FileNotFoundError
+    when there is none."""
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
 def load_module(nb_path: Path) -> ModuleType:
-    """Execute the export cells of nb_path in a fresh module."""
-    nb_path = Path(nb_path).resolve()
-    return load_source(export_source(nb_path), nb_path.stem, origin=nb_path)
+    """Execute the export cells of nb_path in a fresh module (the same module while the file is unchanged)."""
+    key = os.path.abspath(nb_path)
+    stamp = _stamp(key)
+    hit = _FILES.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    resolved = Path(nb_path).resolve()
+    module = load_source(export_source(resolved), resolved.stem, origin=resolved)
+    _FILES[key] = (stamp, module)
+    return module
 
 
 def _todo_labels(source: str) -> list[str]:
@@ -179,7 +203,7 @@ def provenance_notes(fn, ex) -> list[str]:
     notes = [T("graded_from", function=getattr(fn, "__name__", ex.function), path=path)]
     todos = getattr(module, "__unfinished__", [])
     if todos:
-        first = ", ".join(todos[:3]) + (", ..." if len(todos) > 3 else "")
+        first = join([todo_label(t) for t in todos[:3]] + (["..."] if len(todos) > 3 else []))
         notes.append(T("unfinished", n=len(todos), first=first, notebook=ex.notebook, exercise=ex.id,
                        function=ex.function, kept=kept_dir()))
     return notes
@@ -325,10 +349,20 @@ def unpack_references(data: bytes) -> dict[str, dict]:
     return json.loads(zlib.decompress(_mask(data[len(_MAGIC):])).decode("utf-8"))
 
 
+_BUNDLE_CACHE: list = [None, None]  # [the stat stamp of BUNDLE, its unpacked contents]
+
+
 def _bundle() -> dict[str, dict] | None:
-    if BUNDLE.exists() and not config.SOLUTIONS.path():
-        return unpack_references(BUNDLE.read_bytes())
-    return None
+    """The unpacked references.bin (read again only when the file changed), None where there is none."""
+    if config.SOLUTIONS.path():
+        return None
+    try:
+        stamp = _stamp(BUNDLE)
+    except FileNotFoundError:
+        return None
+    if _BUNDLE_CACHE[0] != stamp:
+        _BUNDLE_CACHE[:] = [stamp, unpack_references(BUNDLE.read_bytes())]
+    return _BUNDLE_CACHE[1]
 
 
 def bundled_explanations() -> dict[str, dict[str, str]]:
@@ -343,12 +377,17 @@ def bundled_todos(lang: str) -> dict[str, list]:
 
 def solution_module(notebook: str) -> ModuleType:
     """The export cells of solutions/<notebook>.ipynb, or of the release's bundle where there is no solutions/."""
-    path = Path(solutions_dir()) / f"{notebook}.ipynb"
-    if path.exists():
+    path = os.path.join(solutions_dir(), notebook + ".ipynb")  # strings: this runs on every reference() call
+    try:
         return load_module(path)
+    except FileNotFoundError:
+        pass
     bundle = _bundle()
     if bundle and notebook in bundle["sources"]:
-        return load_source(bundle["sources"][notebook], f"reference_{notebook}")
+        modules = bundle.setdefault("_modules", {})  # dropped with the bundle when references.bin changes
+        if notebook not in modules:
+            modules[notebook] = load_source(bundle["sources"][notebook], f"reference_{notebook}")
+        return modules[notebook]
     tail = T("no_solution_bundle") if BUNDLE.exists() else T("no_solution_end")
     raise FileNotFoundError(T("no_solution", notebook=notebook, path=path, tail=tail))
 
@@ -383,3 +422,85 @@ def reference(exercise_id: str):
 
 def is_reference(fn) -> bool:
     return id(fn) in _REFERENCES
+
+
+# ------------------------------------------------------------------------------- demos of unfinished exercises
+def _code_todos(code: types.CodeType, names: list[str]) -> list[str]:
+    """The TODO stubs' labels in a code object and those nested in it; the names it uses go into `names`."""
+    names += code.co_names
+    stub = "NotImplementedError" in code.co_names  # `raise NotImplementedError("TODO: ...")`, as the build writes
+    found = []
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found += _code_todos(const, names)
+        elif stub and isinstance(const, str) and const.startswith("TODO"):
+            found.append(const)
+    return found
+
+
+def _inner(obj):
+    """The Python function or class behind a kernel (triton's JITFunction, Autotuner and Heuristics keep it in .fn),
+    a partial, a bound or static method, or a functools.wraps wrapper; None for anything else."""
+    for _ in range(8):
+        if isinstance(obj, (types.FunctionType, type)):
+            return obj
+        if isinstance(obj, functools.partial):
+            obj = obj.func
+        elif isinstance(obj, (staticmethod, classmethod, types.MethodType)):
+            obj = obj.__func__
+        elif type(obj).__module__.startswith("triton") and hasattr(obj, "fn"):
+            obj = obj.fn
+        else:
+            return None
+    return None
+
+
+def unfinished_todos(fn: Callable) -> list[str]:
+    """The TODO stubs (their labels) that fn can reach: in its own code and, transitively, in the functions, kernels
+    and classes of its own notebook that it names (a demo that calls it would raise the first one it meets)."""
+    root = _inner(fn)
+    home = getattr(root, "__globals__", None) if isinstance(root, types.FunctionType) else None
+    todo, seen, found = [root], set(), []
+    while todo:
+        obj = _inner(todo.pop())
+        if obj is None or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, type):  # a class of the notebook (an autograd.Function, say): its methods
+            todo += [v for v in reversed(vars(obj).values()) if getattr(_inner(v), "__globals__", None) is home]
+            continue
+        if home is None:
+            home = obj.__globals__
+        if obj.__globals__ is not home:  # the grader's, torch's, triton's code: not the learner's to finish
+            continue
+        names: list[str] = []
+        found += _code_todos(obj.__code__, names)
+        todo += _closure_values(obj)
+        todo += [home[n] for n in reversed(names) if n in home]
+    return list(dict.fromkeys(found))
+
+
+def _closure_values(fn: types.FunctionType) -> list:
+    values = []
+    for cell in fn.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # a cell not yet filled
+            pass
+    return values
+
+
+def yours_or_reference(exercise_id: str, fn: Callable) -> Callable:
+    """For a demo that uses an exercise: fn, your function, once it reaches no TODO stub; the reference
+    implementation while it does (so that a demo never stops at an earlier exercise's TODO). Says which it is."""
+    from .exercises import get
+    from .todo_labels import todo_label
+
+    ex = get(exercise_id)
+    todos = unfinished_todos(fn)
+    if not todos:
+        print(T("demo_yours", function=ex.function, exercise=ex.id))
+        return fn
+    shown = ", ".join(todo_label(t) for t in todos[:3]) + (", …" if len(todos) > 3 else "")
+    print(T("demo_reference", function=ex.function, exercise=ex.id, todos=shown))
+    return reference(exercise_id)

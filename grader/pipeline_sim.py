@@ -19,6 +19,8 @@ what each partition loaded and read. The rules are those of the hardware where i
   tensor cores are shared: products in flight at the same time split them evenly (their instruction streams
   interleave), so both finish late. The CUDA cores that run the softmax are shared the same way.
 
+`Recorder` and `replay` carry a run's partitions across processes as the operations they yielded (batch grading).
+
 It is a model, with made-up but proportioned durations (notebook 11 says where they come from), not a cycle-level
 simulator: what it decides exactly is whether a protocol is right, and roughly what overlap it buys.
 """
@@ -27,10 +29,12 @@ from __future__ import annotations
 
 import inspect
 import random
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .messages import catalogue
+from .messages import catalogue, join
 
 T = catalogue("pipeline_sim", {
     "ok": ("finished: {n} blocks loaded and read by every consumer, in {t:.2f} time units",
@@ -48,24 +52,24 @@ T = catalogue("pipeline_sim", {
                     "{actor} 在等自己的乘法完成，但它们永远完不成"),
     "race": ("data race at t = {t:.2f}: the load of block {block} into slot {slot} overlapped the products of "
              "block {reading} by {actor}, which were still reading that slot",
-             "t = {t:.2f} 时数据竞争：块 {block} 写入槽 {slot} 的加载，与 {actor} 对块 {reading} 的乘法重叠了，"
-             "而那些乘法还在读这个槽"),
+             "t = {t:.2f} 时数据竞争：块 {block} 写入槽位 {slot} 的加载，与 {actor} 对块 {reading} 的乘法重叠了，"
+             "而那些乘法还在读这个槽位"),
     "stale": ("stale read at t = {t:.2f}: {actor} started the products of block {block} on slot {slot}, which "
-              "held {held}", "t = {t:.2f} 时读到了过期数据：{actor} 在槽 {slot} 上开始计算块 {block} 的乘法，"
-              "而那个槽里是 {held}"),
+              "held {held}", "t = {t:.2f} 时读到了过期数据：{actor} 在槽位 {slot} 上开始计算块 {block} 的乘法，"
+              "而那个槽位里是 {held}"),
     "held_block": ("block {b}", "块 {b}"),
     "held_nothing": ("nothing yet (no load had landed)", "什么都没有（还没有任何加载落地）"),
     "held_loading": ("block {b}, still loading", "块 {b}，而且还没加载完"),
     "overwrite_pending": ("data race at t = {t:.2f}: {actor} issued a load of block {block} into slot {slot} while "
                           "the load of block {other} into the same slot was still in flight",
-                          "t = {t:.2f} 时数据竞争：{actor} 向槽 {slot} 发起了块 {block} 的加载，而同一个槽里块 "
+                          "t = {t:.2f} 时数据竞争：{actor} 向槽位 {slot} 发起了块 {block} 的加载，而同一个槽位里块 "
                           "{other} 的加载还没完成"),
     "wrong_loads": ("the producer loaded blocks {got}; expected each of 0 … {last} once, in order",
                     "生产者加载的块是 {got}；应当按顺序把 0 … {last} 各加载一次"),
     "wrong_reads": ("{actor} computed on blocks {got}; expected each of 0 … {last} once, in order",
                     "{actor} 计算用到的块是 {got}；应当按顺序把 0 … {last} 各用一次"),
     "bad_slot": ("{actor}: slot {slot} does not exist (the ring has slots 0 … {last})",
-                 "{actor}：槽 {slot} 不存在（环形缓冲区的槽是 0 … {last}）"),
+                 "{actor}：槽位 {slot} 不存在（环形缓冲区的槽位是 0 … {last}）"),
     "bad_op": ("{actor} yielded {got}; yield one of wait(...), arrive(...), tma_load(...), mma(...), mma_wait() "
                "or softmax(...)",
                "{actor} yield 出了 {got}；只能 yield wait(...)、arrive(...)、tma_load(...)、mma(...)、"
@@ -240,13 +244,14 @@ class Trace:
         if self.outcome == "ok":
             return T("ok", n=self.n_blocks, t=self.time)
         if self.outcome == "deadlock":
-            who = "; ".join(T("blocked_mma", actor=actor_label(b["actor"])) if b.get("bar") is None else
-                            T("blocked_on", **{**b, "actor": actor_label(b["actor"])}) for b in self.detail["blocked"])
+            who = join((T("blocked_mma", actor=actor_label(b["actor"])) if b.get("bar") is None else
+                        T("blocked_on", **{**b, "actor": actor_label(b["actor"])}) for b in self.detail["blocked"]),
+                       "; ")
             text = T("deadlock", t=self.time, who=who)
             if len(self.loads) > self.n_blocks:
                 text += T("loaded_too_many", n=len(self.loads), n_blocks=self.n_blocks)
             elif self.loads != list(range(len(self.loads))):
-                text += T("loaded_so_far", blocks=", ".join(map(str, self.loads)))
+                text += T("loaded_so_far", blocks=join(self.loads))
             return text
         if self.outcome == "stale":
             held = self.detail.get("held")
@@ -459,6 +464,155 @@ def simulate(partitions: list[tuple[str, Any]], ring: Ring, n_blocks: int, *, ti
     return trace
 
 
+# ------------------------------------------------------------------------------------------------ record, replay
+# Batch grading runs the learner's partitions in the submission's own process, which the submission controls (it can
+# replace this module there), so what comes back from there is never a run's outcome: it is what the learner's
+# partitions yielded, as data (lists, numbers, strings), and the grader runs the simulation on that itself. A
+# partition's operations need not be the same on every schedule (it may read the barriers, or the two consumer groups
+# may share a variable), so they are recorded per schedule and replayed on the same schedule: the same operations
+# taken in the same order make the same run. grader.check grades the replay too, so both grade the same thing.
+class Recorder:
+    """Records, as data, every operation the partitions it wraps yield during one run (what `replay` reads)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list] = {}
+        self._own: dict[int, int] = {}
+        self._keep: list[Barrier] = []  # the learner's own barriers, alive while their ids index _own
+
+    def wrap(self, name: str, make: Callable[[], Any], ring: Ring, turns: list[Barrier] | None = None) -> Any:
+        """make() (the learner's partition called), with the generator it returns wrapped so that each operation it
+        yields is recorded as it is taken. `name`: the partition's actor; ring, turns: what it was given."""
+        def state() -> tuple:
+            shared = ring.ready + ring.empty + list(turns or [])
+            return tuple(map(id, shared)), tuple((b.completed, b.arrivals) for b in shared), tuple(ring.content)
+
+        ops: list = []
+        self.parts[name] = ops
+        before = state()
+        made = make()
+        if state() != before:  # the partition changed the simulator's objects itself: that is no operation
+            ops.append(["touched"])
+        if not inspect.isgenerator(made):
+            ops.append(["not_generator", "None" if made is None else type(made).__name__])
+            return made
+        known = {id(b): b.name for b in ring.ready + ring.empty + list(turns or [])}
+
+        def recorded():
+            while True:
+                before = state()
+                try:
+                    op = next(made)
+                except StopIteration:
+                    return
+                if state() != before:
+                    ops.append(["touched"])
+                ops.append(self._op(op, known))
+                yield op
+        return recorded()
+
+    def _op(self, op: Any, known: dict[int, str]) -> list:
+        if isinstance(op, Op):
+            return ["op", *(self._value(getattr(op, f), known) for f in ("kind", "bar", "phase", "slot", "block"))]
+        return ["yield", self._value(op, known)]
+
+    def _value(self, x: Any, known: dict[int, str]) -> Any:
+        if isinstance(x, Barrier):
+            if id(x) in known:
+                return ["bar", known[id(x)]]
+            if id(x) not in self._own:
+                self._own[id(x)] = len(self._keep)
+                self._keep.append(x)
+            return ["own", self._own[id(x)], str(x.name)[:40], x.count if type(x.count) is int else -1]
+        if x is None or isinstance(x, bool):
+            return x
+        if isinstance(x, int):
+            return int(x)
+        if isinstance(x, float):
+            return float(x)
+        if isinstance(x, str):
+            return str.__str__(x)[:80]
+        np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+        if np is not None and isinstance(x, np.generic) and x.dtype.kind in "biuf":
+            return ["np", x.dtype.str, x.item()]
+        if torch is not None and isinstance(x, torch.Tensor) and x.layout == torch.strided and x.numel() <= 16:
+            return ["tensor", x.detach().cpu().clone()]
+        try:
+            text = repr(x)[:80]
+        except Exception:  # noqa: BLE001 - the learner's object
+            text = "<?>"
+        return ["repr", type(x).__name__[:40], text]
+
+
+_STAND_INS: dict[str, type] = {}
+
+
+def _stand_in(type_name: str, text: str) -> Any:
+    """An object the simulator rejects, shown as `text` (what the learner's value looked like)."""
+    name = type_name if type_name.isidentifier() else "object"
+    cls = _STAND_INS.setdefault(name, type(name, (), {"__repr__": lambda self: self.text}))
+    obj = cls()
+    obj.text = text
+    return obj
+
+
+def _decoded(x: Any, barriers: dict[str, Barrier], own: dict[int, Barrier]) -> Any:
+    if x is None or type(x) in (bool, int, float, str):
+        return x
+    tag = x[0] if isinstance(x, list) and x and type(x[0]) is str else None
+    if tag == "bar" and len(x) == 2 and type(x[1]) is str and x[1] in barriers:
+        return barriers[x[1]]
+    if tag == "own" and len(x) == 4 and type(x[1]) is int and type(x[3]) is int:
+        if x[1] not in own:
+            own[x[1]] = Barrier(str(x[2])[:40], x[3])
+        return own[x[1]]
+    if tag == "np" and len(x) == 3 and type(x[1]) is str and type(x[2]) in (bool, int, float):
+        import numpy as np
+
+        dtype = np.dtype(x[1])
+        if dtype.kind in "biuf":
+            return dtype.type(x[2])
+    torch = sys.modules.get("torch")
+    if tag == "tensor" and len(x) == 2 and torch is not None and isinstance(x[1], torch.Tensor):
+        return x[1]
+    if tag == "repr" and len(x) == 3:
+        return _stand_in(str(x[1]), str(x[2])[:80])
+    return _stand_in("object", repr(x)[:80])
+
+
+def _decoded_op(entry: Any, barriers: dict[str, Barrier], own: dict[int, Barrier]) -> Any:
+    tag = entry[0] if isinstance(entry, list) and entry and type(entry[0]) is str else None
+    try:
+        if tag == "op" and len(entry) == 6:
+            kind, bar, phase, slot, block = (_decoded(v, barriers, own) for v in entry[1:])
+            return Op(kind, bar=bar, phase=phase, slot=slot, block=block)
+        if tag == "yield" and len(entry) == 2:
+            return _decoded(entry[1], barriers, own)
+    except Exception:  # noqa: BLE001 - a malformed recording (from a submission's process) is rejected below
+        pass
+    return _stand_in("object", "<malformed operation>")
+
+
+def touched(ops: list) -> bool:
+    """Whether the recorded partition changed the simulator's barriers or ring itself instead of yielding."""
+    return any(isinstance(e, list) and len(e) == 1 and type(e[0]) is str and e[0] == "touched" for e in ops)
+
+
+def replay(ops: list, ring: Ring, turns: list[Barrier] | None, own: dict[int, Barrier]) -> Any:
+    """The partition a recording (`Recorder.parts[name]`) describes, on this run's ring and turns: a generator of the
+    same operations, or what the partition returned instead of one. `own`: the learner's own barriers of this run,
+    shared by its partitions (start with {}). Anything malformed becomes an operation the simulator rejects."""
+    for first in ops[:2]:
+        if isinstance(first, list) and len(first) == 2 and type(first[0]) is str and first[0] == "not_generator":
+            return None if first[1] == "None" else _stand_in(str(first[1]), "")
+    barriers = {b.name: b for b in ring.ready + ring.empty + list(turns or [])}
+
+    def replayed():
+        for entry in ops:
+            if not (isinstance(entry, list) and len(entry) == 1 and type(entry[0]) is str and entry[0] == "touched"):
+                yield _decoded_op(entry, barriers, own)
+    return replayed()
+
+
 # ------------------------------------------------------------------------------------------------ set-ups
 def ring_consumer(ring: Ring, n_blocks: int):
     """The consumer of notebook 11's worked example: wait for block j, compute on it, release the slot."""
@@ -490,5 +644,5 @@ def run_pingpong(producer, consumer, *, stages: int, n_blocks: int, seed: int = 
     return simulate(parts, ring, n_blocks, seed=seed, jitter=jitter, timing=timing)
 
 
-__all__ = ["Barrier", "DEFAULT_TIMING", "Ring", "Trace", "arrive", "make_turns", "mma", "mma_wait", "run_pingpong",
-           "ring_consumer", "run_ring", "simulate", "softmax", "tma_load", "wait"]
+__all__ = ["Barrier", "DEFAULT_TIMING", "Recorder", "Ring", "Trace", "arrive", "make_turns", "mma", "mma_wait",
+           "replay", "run_pingpong", "ring_consumer", "run_ring", "simulate", "softmax", "tma_load", "touched", "wait"]

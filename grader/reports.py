@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from . import messages
+from . import attempts, messages
 from .messages import catalogue
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ T = catalogue("reports", {
     "mark_todo": ("TODO", "未作答"),
     "col_case": ("case", "用例"),
     "col_shapes": ("shapes", "形状"),
-    "col_dtype": ("dtype", "dtype"),
+    "col_dtype": ("dtype", "数据类型"),
     "col_max_err": ("max|err|", "最大绝对误差"),
     "col_rel_err": ("rel err", "相对误差"),
     "col_tol": ("atol/rtol", "atol/rtol"),
@@ -38,16 +38,27 @@ T = catalogue("reports", {
     "case_detail": ("case {n} ({details})", "用例 {n}（{details}）"),
     "detail_sep": (", ", "，"),
     "graded_on": ("graded on {environment} · seed {seed} · {n} cases",
-                  "评测环境：{environment} · 随机种子 {seed} · 共 {n} 个用例"),
+                  "判分环境：{environment} · 随机种子 {seed} · 共 {n} 个用例"),
     "passed_word": ("PASSED", "通过"),
     "passed_rest": ("all {total} cases. Well done.", "全部 {total} 个用例都对了，干得漂亮。"),
     "todo_word": ("NOT ATTEMPTED YET", "尚未作答"),
     "todo_rest": ("fill in the TODOs of {exercise}, then run this cell again.",
                   "先把 {exercise} 里的 TODO 填完，再运行这个单元格。"),
+    "todo_none": ("none of the {todos} TODOs of {exercise} is filled in yet; {first}, then run this cell again.",
+                  "{exercise} 的 {todos} 个 TODO 还一个都没填；{first}，然后再运行这个单元格。"),
+    "todo_none_one": ("the TODO of {exercise} is not filled in yet; {first}, then run this cell again.",
+                      "{exercise} 的 TODO 还没填；{first}，然后再运行这个单元格。"),
+    "unfinished_word": ("NOT FINISHED YET", "尚未完成"),
+    "unfinished_rest": ("{filled} of {todos} TODOs of {exercise} filled in, {n}/{total} cases pass; {first}, then "
+                        "run this cell again.",
+                        "{exercise} 的 {todos} 个 TODO 已填好 {filled} 个，{n}/{total} 个用例通过；{first}，"
+                        "然后再运行这个单元格。"),
     "failed_word": ("FAILED", "未通过"),
     "failed_rest": ("{n}/{total} cases pass{extra}. Replay these exact inputs with seed={seed}.",
                     "{n}/{total} 个用例通过{extra}。用 seed={seed} 可以原样复现这组输入。"),
     "failed_todo": (", {todo} not attempted yet", "，{todo} 个尚未作答"),
+    "failed_todo_filled": (", {todo} stop at a TODO ({filled} of {todos} TODOs filled in; {first})",
+                           "，{todo} 个停在 TODO 上（{todos} 个 TODO 已填好 {filled} 个；{first}）"),
     "look_at": ("What to look at", "先看这里"),
 })
 
@@ -197,20 +208,36 @@ def format_check(r: CheckResult) -> str:
 
 
 def _overall(r: CheckResult) -> str:
-    if r.passed:
+    """PASS, FAIL or NOT ATTEMPTED (grader.attempts.status decides; a partial attempt whose cases only stop at
+    TODOs shows in the TODO colour)."""
+    status = attempts.status(r)
+    if status == attempts.PASSED:
         return "PASS"
-    return "NOT ATTEMPTED" if all(c.status == "NOT ATTEMPTED" for c in r.cases) else "FAIL"
+    if status == attempts.NOT_ATTEMPTED or not any(c.status == "FAIL" for c in r.cases):
+        return "NOT ATTEMPTED"
+    return "FAIL"
 
 
 def _verdict_parts(r: CheckResult) -> tuple[str, str]:
-    """The verdict's first word (PASSED, FAILED, NOT ATTEMPTED YET) and the rest of its line."""
+    """The verdict's first word (PASSED, FAILED, NOT FINISHED YET, NOT ATTEMPTED YET) and the rest of its line."""
     n, total = r.n_passed, len(r.cases)
     todo = sum(c.status == "NOT ATTEMPTED" for c in r.cases)
-    if r.passed:
+    a = getattr(r, "attempt", None)
+    status = attempts.status(r)
+    if status == attempts.PASSED:
         return T("passed_word"), T("passed_rest", total=total)
-    if todo == total:
-        return T("todo_word"), T("todo_rest", exercise=r.exercise)
-    extra = T("failed_todo", todo=todo) if todo else ""
+    if status == attempts.NOT_ATTEMPTED:
+        if a is None:
+            return T("todo_word"), T("todo_rest", exercise=r.exercise)
+        key = "todo_none_one" if len(a.todos) == 1 else "todo_none"
+        return T("todo_word"), T(key, exercise=r.exercise, todos=len(a.todos), first=a.first())
+    if a is not None and todo:
+        if todo == total - n:  # every case that does not pass stopped at a TODO: unfinished, not wrong
+            return T("unfinished_word"), T("unfinished_rest", filled=a.filled, todos=len(a.todos),
+                                           exercise=r.exercise, n=n, total=total, first=a.first())
+        extra = T("failed_todo_filled", todo=todo, filled=a.filled, todos=len(a.todos), first=a.first())
+    else:
+        extra = T("failed_todo", todo=todo) if todo else ""
     return T("failed_word"), T("failed_rest", n=n, total=total, extra=extra, seed=r.seed)
 
 

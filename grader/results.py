@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import messages, reports
 
@@ -22,6 +23,7 @@ class CaseResult:
     hints: list[str] = field(default_factory=list)
     seconds: float = 0.0
     tags: frozenset[str] = frozenset()
+    todo: str | None = None  # the stub label a NOT ATTEMPTED case stopped at (grader.attempts)
 
     @property
     def passed(self) -> bool:
@@ -37,6 +39,8 @@ class CheckResult:
     cases: list[CaseResult]
     hints: list[str] = field(default_factory=list)  # about the run as a whole (cross-case patterns)
     notes: list[str] = field(default_factory=list)  # context shown under the header, e.g. which file was graded
+    # What the graded function has of its exercise's TODOs (grader.attempts.Attempt; None: not known).
+    attempt: Any = field(default=None, repr=False, compare=False)
     # The language in force when the result was made: its problems and hints were written in it, so the report is.
     lang: str = field(default_factory=messages.language, repr=False, compare=False)
     # The IPython cell (execution count) whose output already holds this report, so the cell's value adds nothing.

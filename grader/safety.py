@@ -44,7 +44,9 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .messages import catalogue
+from .messages import catalogue, join
+from .replaced import Snapshot, replaced_message
+from .todo_labels import todo_label
 
 T = catalogue("safety", {
     "gave_up_now": ("grader: your function caught the stop of its time budget {stops} times (a bare `except:` or "
@@ -78,8 +80,8 @@ T = catalogue("safety", {
     "oob_cause_one_row": (" The addresses outside are exactly the one row after `{name}`'s last ({row} elements): "
                           "unless your last block is ragged, look for a row bound or mask off by one (`<=` where `<` "
                           "was meant), or a padding row let through.",
-                          "越界的地址恰好是 `{name}` 最后一行之后的那一整行（{row} 个元素）：如果你的最后一块并不是"
-                          "非整块，就去找差了一位的行边界或 mask（该用 `<` 的地方用了 `<=`），或者被放过的填充行。"),
+                          "越界的地址恰好是 `{name}` 最后一行之后的那一整行（{row} 个元素）：如果你的最后一块是满的，"
+                          "就去找差一（off-by-one）的行边界或 mask（该用 `<` 的地方用了 `<=`），或者没挡住的填充行。"),
     "oob_cause_offsets": (" Not one address of this access lies inside `{name}`, so it is not a ragged last block "
                           "(that starts inside): check how the program ids turn into offsets (which id is the batch, "
                           "which the head, what each is multiplied by) and the strides.",
@@ -88,16 +90,16 @@ T = catalogue("safety", {
                           "乘的是什么）以及步长（stride）。"),
     "allocated": ("a tensor allocated inside your function ({shape}, {dtype})",
                   "你的函数内部分配的一个张量（{shape}，{dtype}）"),
-    "raised_where": (" (line {line} of {where}: {code})", "（{where} 第 {line} 行：{code}）"),
+    "raised_where": (" (line {line} of {where}: {code})", "，出错的是{where}第 {line} 行：{code}"),
     "raised_where_cell": ("your cell", "你的单元格"),
-    "in_kernel": (" (in a Triton kernel)", "（发生在 Triton kernel 中）"),
+    "in_kernel": (" (in a Triton kernel)", "（在 Triton kernel 里）"),
     "timeout": ("stopped: the case ran past its time budget.", "已停止：这个用例超出了时间预算。"),
     "not_attempted": ("not attempted yet: {todo}", "尚未作答：{todo}"),
     "oob_access": ("out-of-bounds memory access. {detail}", "越界访存。{detail}"),
     "oob_access_wrapped": ("out-of-bounds memory access: {detail}", "越界访存：{detail}"),
     "sys_exit": ("your function called {call} (SystemExit): a graded function must return its result, not end the "
                  "program",
-                 "你的函数调用了 {call}（SystemExit）：被评测的函数应当返回结果，而不是结束整个程序"),
+                 "你的函数调用了 {call}（SystemExit）：被判分的函数应当返回结果，而不是结束整个程序"),
     "cuda_error": ("the GPU reported an error, most likely an out-of-bounds access in your kernel ({error}). The CUDA "
                    "context is now unusable: restart the kernel (Kernel → Restart) after fixing the masks.",
                    "GPU 报告了一个错误，多半是你的 kernel 里有越界访问（{error}）。当前 CUDA 上下文已经不可用："
@@ -738,8 +740,9 @@ def _chain(e: BaseException) -> Iterator[BaseException]:
 _QUOTED_STUB = re.compile(r"""NotImplementedError\(\s*((['"])(?:\\.|(?!\2).)*\2)\s*\)""")
 
 
-def _todo(e: BaseException) -> str | None:
-    """The message of the course's TODO stub (`raise NotImplementedError("TODO: ...")`) that `e` comes from, if any.
+def stub_label(e: BaseException | None) -> str | None:
+    """The message of the course's TODO stub (`raise NotImplementedError("TODO: ...")`) that `e` comes from, if any
+    (grader.attempts says whose TODO it is).
 
     Inside a kernel the stub surfaces wrapped: the interpreter raises InterpreterError from it, Triton's compiler a
     CompilationError (no chain) at the `raise` statement, whose text quotes the source.
@@ -809,7 +812,7 @@ class ForbiddenCall(Exception):
 
 
 def forbidden_message(names: list[str]) -> str:
-    return T("forbidden", names=", ".join(names))
+    return T("forbidden", names=join(names))
 
 
 class RecordCalls(torch.overrides.TorchFunctionMode):
@@ -835,9 +838,9 @@ def classify(e: BaseException) -> tuple[str, str]:
             return "forbidden", str(link)
     if any(isinstance(link, CaseTimeout) for link in chain):
         return "timeout", T("timeout")
-    todo = _todo(e)
+    todo = stub_label(e)
     if todo is not None:
-        return "not_attempted", T("not_attempted", todo=todo)
+        return "not_attempted", T("not_attempted", todo=todo_label(todo))
     for link in chain:
         if isinstance(link, OutOfBoundsAccess):
             return "out_of_bounds", T("oob_access", detail=link)
@@ -894,11 +897,14 @@ def launches_so_far() -> int | None:
 
 def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
                 inputs: dict[str, torch.Tensor], guards: list[Guarded], guard_allocations: bool,
-                allow_reference: bool = False, program_order: str = "forward") -> Outcome:
+                allow_reference: bool = False, program_order: str = "forward", replacing_fails: bool = True
+                ) -> Outcome:
     """Call fn(*args, **kwargs) and classify whatever happens.
 
     Every exception is a failed case except KeyboardInterrupt (the person pressed stop), which propagates.
     program_order: the order the interpreter runs a grid's programs in, "forward" or "reverse" (a GPU's is any).
+    What the call replaced of the grader, torch or builtins is put back as soon as it returns (grader.replaced);
+    replacing_fails: that makes a call that returned a failure ("replaced") instead of its value.
     """
     snapshots = {name: t.detach().clone() for name, t in inputs.items()}
     mode = GuardAllocations() if guard_allocations else None
@@ -909,6 +915,7 @@ def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
     _calls.launches, _calls.reference_allowed = 0, allow_reference
     outer_order, _launch.order = getattr(_launch, "order", "forward"), program_order
     t0 = time.perf_counter()
+    own = Snapshot()
     try:
         if mode is not None:
             with mode:
@@ -919,6 +926,7 @@ def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
         stop.disarm()
         out.value, out.error = None, e
     finally:
+        replaced = own.restore()  # first: the code that follows (and the judging) is the grader's own again
         out.launches = _calls.launches if counting else None
         _calls.launches, _calls.reference_allowed = outer
         _launch.order = outer_order
@@ -933,6 +941,8 @@ def run_learner(fn: Callable, args: tuple, kwargs: dict, *, budget_s: float,
         out.message = _timeout_message(budget_s, stop, caught, out.seconds)
     elif out.error is not None:
         out.kind, out.message = classify(out.error)
+    if replaced and replacing_fails and out.kind == "ok":
+        out.value, out.kind, out.message = None, "replaced", replaced_message(replaced)
     if out.kind == "cuda_error":
         return out
     all_guards = list(guards) + (mode.guards if mode else [])

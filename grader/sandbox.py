@@ -9,7 +9,9 @@ same reasons and with the same words.
 What comes back is decoded without unpickling code: torch.load(weights_only=True) of tensors, numbers, strings
 and containers, with the grader's own dataclasses and the names of foreign types tagged. A submission controls
 its child completely (it can patch the grader, torch or the launch counter there) but can send nothing that runs
-in the parent, where the oracle and the verdict live.
+in the parent, where the oracle and the verdict live. So what the child sends is what the learner's code made, never
+a judgement: an output tensor, or for notebook 11 the operations the partitions yielded (the parent runs the
+simulation; grader.exercises.hopper).
 
 The parent ends the child when it runs past a case's budget plus a grace period, uses more memory than allowed,
 or writes more output than allowed; a child that dies (os._exit, a crash in native code, the kernel's OOM killer)
@@ -333,7 +335,9 @@ def serve(fd_in: int, fd_out: int, output_bytes: int, memory_bytes: int) -> None
 
             def load(msg=msg, holder=holder):
                 holder["m"] = notebooks.load_source(msg["source"], msg["label"])
-            out = run_learner(load, (), {}, budget_s=msg["budget"], inputs={}, guards=[], guard_allocations=False)
+            # what the export cells replace is put back (it cannot reach the verdict here, in the parent)
+            out = run_learner(load, (), {}, budget_s=msg["budget"], inputs={}, guards=[], guard_allocations=False,
+                              replacing_fails=False)
             module = holder.get("m")
             defines = [n for n, v in vars(module).items() if callable(v)] if module is not None else []
             send.send_bytes(_dumps({"outcome": outcome_to_wire(out), "defines": defines}))

@@ -1,6 +1,7 @@
 """Which exercises pass, kept in a small JSON file so that it survives kernel restarts.
 
-One entry per exercise: "passed" (ever), "attempted" (ever run with a TODO filled in: grader.solution opens),
+One entry per exercise: "passed" (ever), "attempted" (ever a check that grader.attempts.status calls an attempt:
+at least one TODO filled in; grader.solution opens),
 "best" (the latest passing run, else the run that passed the most cases)
 and "last" (the latest run), each run as {"n", "total", "status", "when", "where"}. The table shows the best run as
 the status and the last run beside it, so a pass followed by a run of the stubs reads "✓ passed 7/7" and
@@ -16,7 +17,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import config
+from . import attempts, config
 from .messages import catalogue
 
 if TYPE_CHECKING:
@@ -34,10 +35,13 @@ T = catalogue("store", {
     "status_failing": ("failing", "未通过"),
     "status_not_attempted": ("not attempted", "尚未作答"),
     "sep": (", ", "，"),
-    "summary": ("{done}/{total} exercises passed  (stored in {path})",
-                "已通过 {done}/{total} 个练习（记录保存在 {path}）"),
-    "summary_html": ("{done}/{total} exercises passed (stored in {path})",
-                     "已通过 {done}/{total} 个练习（记录保存在 {path}）"),
+    "summary": ("{done}/{total} exercises passed", "已通过 {done}/{total} 个练习"),
+    "where": ("Progress file: {path} (your passing code is kept beside it, in kept/). It belongs to this user "
+              "account on this machine, whoever runs the notebooks: to keep another record (one per learner on a "
+              "shared machine), set FA_COURSE_PROGRESS to another file (notebook 00 shows how).",
+              "进度文件：{path}（通过的代码保存在它旁边的 kept/ 里）。它属于这台机器上的这个用户账号，不管是谁在跑这些 "
+              "notebook；想另记一份（比如共用一台机器时每位学员各一份），请把 FA_COURSE_PROGRESS 设成另一个文件"
+              "（做法见 notebook 00）。"),
 })
 #: a run's status as stored in the file (English, data) -> its message
 _STATUS = {"passed": "status_passed", "failing": "status_failing", "not attempted": "status_not_attempted"}
@@ -80,16 +84,20 @@ def entry(raw: object) -> dict | None:
     return {"passed": passed, "attempted": passed or n > 0, "best": best, "last": last}
 
 
-def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: str, n_todo: int = 0) -> None:
-    """Store one run; n_todo: how many cases were not attempted (all of them: the status is "not attempted")."""
-    status = "passed" if passed else "not attempted" if n_total and n_todo == n_total else "failing"
+def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: str, n_todo: int = 0,
+           status: str | None = None) -> None:
+    """Store one run. status: "passed", "failing" or "not attempted" (grader.attempts.status decides it for a
+    check); without it, n_todo: how many cases stopped at a TODO (all of them: "not attempted")."""
+    if status is None:
+        status = "passed" if passed else "not attempted" if n_total and n_todo == n_total else "failing"
     run = _run(n_passed, n_total, status, time.strftime("%Y-%m-%d %H:%M"), where)
     data = load()
     old = entry(data.get(exercise_id))
     best = run
     if old is not None and not passed:
         kept = old["best"]
-        if old["passed"] or kept.get("n", 0) > n_passed:
+        untouched = status == "not attempted" and kept.get("status") != "not attempted"  # never beats an attempt
+        if old["passed"] or kept.get("n", 0) > n_passed or untouched:
             best = kept
     attempted = status != "not attempted" or bool(old and old["attempted"])  # grader.solution opens after one
     data[exercise_id] = {"passed": passed or bool(old and old["passed"]), "attempted": attempted, "best": best,
@@ -105,8 +113,7 @@ def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: s
 
 def record_check(r: CheckResult) -> None:
     """Store the run a CheckResult describes (where: the environment it was graded on)."""
-    record(r.exercise, r.passed, r.n_passed, len(r.cases), r.environment,
-           n_todo=sum(c.status == "NOT ATTEMPTED" for c in r.cases))
+    record(r.exercise, r.passed, r.n_passed, len(r.cases), r.environment, status=attempts.status(r))
 
 
 def _describe(run: dict) -> str:
@@ -129,11 +136,13 @@ def _rows() -> tuple[list[tuple[str, str, str, str, str]], int, int]:
             continue
         done += e["passed"]
         best = _describe({**e["best"], "status": None})
-        status = T("passed", best=best) if e["passed"] else T("not_passed", best=best)
+        status = T("passed", best=best) if e["passed"] else T("not_passed", best=best) if e["attempted"] \
+            else T("status_not_attempted")  # what an untouched template's argument checks pass is no score
         last = e["last"]
         if last.get("where") == e["best"].get("where"):  # said once, in the best run's column
             last = {**last, "where": None}
-        rows.append((ex.id, ex.notebook, "✓" if e["passed"] else "✗", status, _describe(last)))
+        mark = "✓" if e["passed"] else "✗" if e["attempted"] else "·"
+        rows.append((ex.id, ex.notebook, mark, status, _describe(last)))
     return rows, done, len(EXERCISES)
 
 
@@ -148,7 +157,7 @@ def table() -> str:
     head = headings()
     widths = [max(width(row[i]) for row in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(ljust(cell, w) for cell, w in zip(row, widths)).rstrip() for row in [head, *rows]]
-    lines.append("\n" + T("summary", done=done, total=total, path=path()))
+    lines += ["", T("summary", done=done, total=total), T("where", path=path())]
     return "\n".join(lines)
 
 
@@ -160,9 +169,10 @@ def table_html() -> str:
                    f"{escape(nb)}</td><td style=\"color:{colour[mark]}\"><b>{mark}</b></td>"
                    f"<td style=\"text-align:left\">{escape(status)}</td><td style=\"text-align:left;opacity:.8\">"
                    f"{escape(last)}</td></tr>" for ex, nb, mark, status, last in rows)
+    where = escape(T("where", path="\0")).replace("\0", f"<code>{escape(str(path()))}</code>")
     return (f'<table style="font-size:90%"><tr>{head}</tr>{body}</table>'
-            f'<div style="opacity:.7;font-size:90%">'
-            f'{escape(T("summary_html", done=done, total=total, path=path()))}</div>')
+            f'<div style="margin-top:.3em"><b>{escape(T("summary", done=done, total=total))}</b></div>'
+            f'<div style="font-size:90%">{where}</div>')
 
 
 def show() -> None:

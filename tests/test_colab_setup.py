@@ -187,6 +187,7 @@ def test_colab_keeps_its_matching_pair_and_installs_only_the_grader(machine):
     assert f"torch {CUDA_TORCH}: installed, kept as it is" in out
     assert "triton 3.6.0: installed, kept as it is (the version torch pins)" in out
     assert "custom widget manager" in out
+    assert "no Jupyter" not in out  # Colab's frontend is its own
     assert "done: installed grader" in out
 
     out, calls = m.run()  # a second run installs nothing
@@ -295,6 +296,19 @@ def test_a_gpu_machine_without_torch_gets_torch_with_its_own_triton(machine):
     assert "triton 3.6.0: installed, kept as it is (the version torch pins)" in out
 
 
+def test_the_frontend_is_never_installed_and_a_machine_without_one_is_told_how(machine):
+    """jupyterlab is in pyproject's list for the README's install; here a Jupyter is the platform's (or absent)."""
+    m = machine(gpu=False, modules=[], versions={})
+    out, calls = m.run()
+    assert not any("jupyter" in a for args in m.installs(calls) for a in args)
+    assert f"no Jupyter for {m.python}: to open the notebooks, {m.python} -m pip install jupyterlab && " \
+           f"{m.python} -m jupyter lab {ROOT}/notebooks/" in out
+    for jupyter in ("jupyterlab", "notebook"):  # either one opens the notebooks
+        m.state.write_text(json.dumps({**json.loads(m.state.read_text()), "modules": [*ALL_DEPS, jupyter]}))
+        out, calls = m.run()
+        assert "no Jupyter" not in out and m.installs(calls) == [], out
+
+
 def test_grader_from_another_checkout_is_replaced_by_this_one(machine):
     m = machine(modules=list(ALL_DEPS), versions={"torch": "2.13.0+cpu", "triton": "3.9.0"},
                 grader_root="/somewhere/else")
@@ -373,7 +387,10 @@ def test_the_dependencies_come_from_pyproject(tomllib, tmp_path):
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     block = re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, re.M | re.S).group(1)
     wanted = [re.match(r"[A-Za-z0-9._-]+", d).group(0) for d in re.findall(r'"([^"]+)"', block)]
-    assert wanted[:2] == ["torch", "triton"] and ALL_DEPS[:-1] == wanted  # the fake's scenarios use the same
+    # less the frontend, which the README's install brings and this script leaves to the platform
+    assert wanted[:2] == ["torch", "triton"] and "jupyterlab" in wanted
+    wanted.remove("jupyterlab")
+    assert ALL_DEPS[:-1] == wanted  # the fake's scenarios use the same
     probe = _probe_code() if tomllib else "import sys; sys.modules['tomllib'] = None\n" + _probe_code()
     r = subprocess.run([sys.executable, "-c", probe, "deps", str(ROOT / "pyproject.toml")], capture_output=True,
                        text=True, cwd="/")

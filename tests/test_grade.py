@@ -255,3 +255,81 @@ def test_feedback_in_chinese(tmp_path):
         messages.set_language(None)
     html = (out / "feedback" / "li.html").read_text(encoding="utf-8")
     assert "看起来像" in html and "未通过" in html
+
+
+# ---- a submission that forges or replaces what the grader runs after it ------------------------------------------
+SOL11 = json.loads((ROOT / "solutions" / "11_hopper_gluon.ipynb").read_text(encoding="utf-8"))
+_DO_NOTHING = ("def producer(ring, n_blocks):\n    yield from ()\n\n"
+               "def pingpong_consumer(ring, turns, n_blocks, group):\n    yield from ()\n")
+_FINISHED = ("import grader.pipeline_sim as ps\n"
+             "def _finished(parts, ring, n_blocks, **kw):\n"
+             "    t = ps.Trace(n_blocks=n_blocks, time=float(n_blocks), loads=list(range(n_blocks)))\n"
+             "    t.reads = {name: list(range(n_blocks)) for name, _ in parts if name != 'producer'}\n"
+             "    t.intervals = [ps.Interval('consumer 0', 'mma', 0.0, float(n_blocks), 0)]\n"
+             "    return t\n")
+# The same forgeries made so that the child cannot put them back: the functions keep their identity, their code is
+# swapped (the code runs with the globals of the module it is swapped into).
+_SWAP = ("import grader.pipeline_sim as ps, grader.exercises.hopper as h\n"
+         "def _simulate(partitions, ring, n_blocks, *, timing=None, seed=0, jitter=0.0, max_ops=None):\n"
+         "    t = Trace(n_blocks=n_blocks, time=float(n_blocks), loads=list(range(n_blocks)))\n"
+         "    t.reads = {name: list(range(n_blocks)) for name, _ in partitions if name != 'producer'}\n"
+         "    t.intervals = [Interval('consumer 0', 'mma', 0.0, float(n_blocks), 0)]\n"
+         "    return t\n"
+         "def _run(producer, consumer, *, stages, n_blocks, seed=0, jitter=0.0, timing=None):\n"
+         "    t = Trace(n_blocks=n_blocks, time=float(n_blocks), loads=list(range(n_blocks)))\n"
+         "    t.reads = {'consumer 0': list(range(n_blocks)), 'consumer 1': list(range(n_blocks))}\n"
+         "    t.intervals = [Interval('consumer 0', 'mma', 0.0, float(n_blocks), 0)]\n"
+         "    return t\n"
+         "def _invoke(self, fn, args, kwargs, extra):\n"
+         "    return [Trace(n_blocks=args[0].n_blocks, loads=list(range(args[0].n_blocks))) for _ in args[0].seeds]\n")
+FORGED = {
+    # the forgery: the child's simulator returns a made-up finished run
+    "forged_sim": with_exports(SOL11, _FINISHED + "ps.simulate = _finished\n" + _DO_NOTHING),
+    "forged_sim_code": with_exports(SOL11, _SWAP + "ps.simulate.__code__ = _simulate.__code__\n" + _DO_NOTHING),
+    # the Trace class made to say "ok" whatever happened, and the runners the exercise calls replaced
+    "forged_trace": with_exports(SOL11, _SWAP + "ps.Trace.ok.fget.__code__ = (lambda self: True).__code__\n"
+                                 "ps.Trace.products_overlap.__code__ = (lambda self: None).__code__\n"
+                                 "ps.Trace.tensor_core_busy.__code__ = (lambda self: 1.0).__code__\n"
+                                 "ps.run_ring.__code__ = ps.run_pingpong.__code__ = _run.__code__\n" + _DO_NOTHING),
+    # the exercise's own runner made to return made-up finished traces instead of what the partitions did
+    "forged_invoke": with_exports(SOL11, _SWAP + "h._Protocol.invoke.__code__ = _invoke.__code__\n" + _DO_NOTHING),
+    "honest11": SOL11,
+    # a right answer whose call replaces functions the grader runs after it, in the child
+    "replaces": with_exports(SOL01, own("import grader.diagnosis, grader.oracle, grader.tolerances\n"
+                                        "grader.diagnosis.close = None\n"
+                                        "grader.oracle.attention = None\n"
+                                        "grader.tolerances.tolerance = None\n"
+                                        "torch.equal = torch.isnan = None"), drop_exports=True),
+}
+
+
+@pytest.fixture(scope="module")
+def graded_forged(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("forged")
+    for name, nb in FORGED.items():
+        (subs / name).mkdir()
+        stem = "01_naive_attention" if name == "replaces" else "11_hopper_gluon"
+        (subs / name / f"{stem}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    out = tmp_path_factory.mktemp("forged_grades")
+    assert grade.main([str(subs), "--out", str(out), "--jobs", "2", "--draws", "1", "--timeout", "20",
+                       "--seed", "3"]) == 0
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        return {(r["student"], r["exercise"]): r for r in csv.DictReader(f)}
+
+
+def test_the_honest_protocols_pass_in_batch_grading(graded_forged):
+    for exercise in ("kv_producer", "pingpong_consumer"):
+        r = graded_forged[("honest11", exercise)]
+        assert r["passed"] == "1" and r["cases_passed"] == r["cases_total"] != "0", r
+
+
+@pytest.mark.parametrize("student", ["forged_sim", "forged_sim_code", "forged_trace", "forged_invoke"])
+@pytest.mark.parametrize("exercise", ["kv_producer", "pingpong_consumer"])
+def test_a_forged_simulation_in_the_child_does_not_pass(graded_forged, student, exercise):
+    r = graded_forged[(student, exercise)]
+    assert r["passed"] == "0" and r["cases_passed"] == "0", r
+
+
+def test_replacing_the_graders_functions_in_the_call_is_a_failed_case_with_a_reason(graded_forged):
+    r = graded_forged[("replaces", "naive_attention")]
+    assert r["passed"] == "0" and "replaced" in r["reason"] and "grader.diagnosis.close" in r["reason"], r

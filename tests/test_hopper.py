@@ -4,12 +4,14 @@ written other ways, and the bug models (each must fail, and the report must name
 from __future__ import annotations
 
 import pytest
+import torch
 
 import grader
 from grader import pipeline_sim as sim
 from grader.exercises import get, hopper
 from grader.notebooks import export_source, load_source, solutions_dir
 from grader.pipeline_sim import arrive, mma, mma_wait, ring_consumer, softmax, tma_load, wait
+from grader.results import CaseResult
 
 grader.setup(quiet=True)
 NOTEBOOK = solutions_dir() / "11_hopper_gluon.ipynb"
@@ -219,3 +221,76 @@ def test_a_producer_that_never_loads_or_loads_out_of_order_is_told_so():
 
     assert "started no load at all" in texts(check("kv_producer", never))
     assert "block j is the j-th load" in texts(check("kv_producer", from_one))
+
+
+# ---- what is graded is what the partitions yielded, simulated by the grader (batch grading: in its own process) ---
+def _polling_producer(ring, n):
+    """Right, with operations that depend on the run: it reads the empty barrier and works while it waits."""
+    for j in range(n):
+        s = j % ring.stages
+        phase = ((j // ring.stages) & 1) ^ 1
+        while not ring.empty[s].passes(phase):
+            yield softmax(-1)
+        yield wait(ring.empty[s], phase)
+        yield tma_load(j, s, ring.ready[s])
+
+
+def _sharing_consumer():
+    """Two groups that share a counter: how many softmax steps a group takes depends on how the run went."""
+    done = {"n": 0}
+
+    def consumer(ring, turns, n, g):
+        for j in range(n):
+            s = j % ring.stages
+            yield wait(ring.ready[s], (j // ring.stages) & 1)
+            yield wait(turns[g], (j & 1) ^ (1 - g))
+            yield mma(s, j)
+            yield mma_wait()
+            done["n"] += 1
+            yield arrive(turns[1 - g])
+            yield arrive(ring.empty[s])
+            for _ in range(done["n"] % 3):
+                yield softmax(j)
+    return consumer
+
+
+@pytest.mark.parametrize("exercise_id, make", [("kv_producer", lambda: _polling_producer),
+                                                ("kv_producer", lambda: hopper._producer_mutant("p_first_lap")),
+                                                ("pingpong_consumer", lambda: hopper._consumer_mutant("c_hand_early")),
+                                                ("pingpong_consumer", _sharing_consumer)])
+def test_a_recorded_run_replays_to_the_same_run(exercise_id, make):
+    ex = get(exercise_id)
+    for case in ex.make_cases(grader.setup(quiet=True), torch.Generator().manual_seed(1)):
+        for seed in case.seeds[:4]:
+            direct = ex.run_one(make(), case, seed)
+            again = ex.replay_one(ex.record_one(make(), case, seed), case, seed)
+            assert (again.outcome, again.detail, again.log, again.time) == \
+                (direct.outcome, direct.detail, direct.log, direct.time)
+
+
+def test_a_partition_whose_operations_depend_on_the_run_is_graded_as_it_ran():
+    assert check("kv_producer", _polling_producer).passed
+
+
+def test_changing_the_barriers_instead_of_yielding_is_told_so():
+    def arrives_itself(ring, n):  # the pre-arriving producer, with the arrivals made by hand, not yielded
+        for s in range(ring.stages):
+            ring.empty[s].arrive()
+        for j in range(n):
+            s = j % ring.stages
+            yield wait(ring.empty[s], (j // ring.stages) & 1)
+            yield tma_load(j, s, ring.ready[s])
+
+    result = check("kv_producer", arrives_itself)
+    assert not result.passed and "changed the simulator's barriers or ring itself" in texts(result)
+
+
+def test_a_malformed_recording_is_a_failed_case_not_an_error():
+    ex = get("kv_producer")
+    case = ex.make_cases(grader.setup(quiet=True), torch.Generator().manual_seed(0))[2]
+    junk = [["op", "wait", ["bar", "nowhere"], 1, None, None], ["garbage"], 5, ["own", "x"], ["np", "int99", 0],
+            ["op", ["own", 0, "mine", 1], None, None, None, None], ["yield", ["repr", "Thing", "<thing>"]]]
+    for out in ([{"producer": junk}] * len(case.seeds), [{"producer": [["op", "wait", ["bar", "nowhere"], 1, 0, 0]]}]
+                * len(case.seeds), [{"producer": 3}], "forged", [{"consumer 0": []}] * len(case.seeds)):
+        res = CaseResult(1, case.name, "", "-", "FAIL")
+        assert ex.judge(out, case, res, "cpu") is False and res.problems, out

@@ -568,3 +568,95 @@ def test_guarded_allocations_look_like_the_real_ones(make, empty):
     elif empty is False:
         assert torch.equal(got, real)
     assert all(g.written() == 0 for g in mode.guards)
+
+
+# ------------------------------------------------------------------ the grader's own functions stay its own
+def _right_naive_attention(q, k, v, sm_scale=None, causal=False):
+    scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    ct = torch.float64 if q.dtype == torch.float64 else torch.float32
+    s = (q.to(ct) @ k.to(ct).transpose(-1, -2)) * scale
+    if causal:
+        n, m = s.shape[-2:]
+        s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf"))
+    return (s.softmax(-1) @ v.to(ct)).to(q.dtype)
+
+
+def _broken(*args, **kwargs):
+    raise TypeError("replaced by the learner")
+
+
+REPLACED = {  # what the graded call replaces: module, attribute
+    "grader.diagnosis.close": ("grader.diagnosis", "close"),
+    "grader.oracle.attention": ("grader.oracle", "attention"),
+    "grader.tolerances.tolerance": ("grader.tolerances", "tolerance"),
+    "grader.exercises.base.tolerance": ("grader.exercises.base", "tolerance"),
+    "torch.allclose": ("torch", "allclose"),
+    "torch.equal": ("torch", "equal"),
+    "torch.isnan": ("torch", "isnan"),
+    "time.perf_counter": ("time", "perf_counter"),
+}
+
+
+@pytest.mark.parametrize("name", REPLACED)
+def test_a_call_that_replaces_what_the_grader_runs_after_it_is_a_failed_case(name):
+    import importlib
+
+    module, attr = REPLACED[name]
+    target = importlib.import_module(module)
+    original = getattr(target, attr)
+
+    def replaces(q, k, v, sm_scale=None, causal=False):
+        out = _right_naive_attention(q, k, v, sm_scale, causal)
+        setattr(target, attr, _broken)
+        return out
+
+    result = grader.check("naive_attention", replaces, quiet=True, record=False, seed=0)
+    assert getattr(target, attr) is original
+    assert not result.passed and all(c.status == "FAIL" for c in result.cases)
+    assert all(f"`{name}`" in c.problems[0] and "put the originals back" in c.problems[0] for c in result.cases)
+    assert grader.check("naive_attention", _right_naive_attention, quiet=True, record=False, seed=0).passed
+
+
+def test_a_replaced_method_or_an_added_one_that_hides_it_is_put_back():
+    from grader import exercises
+    from grader.exercises.base import Exercise
+
+    ex = exercises.get("naive_attention")
+    judge = Exercise.judge_tensor
+
+    def replaces(q, k, v, sm_scale=None, causal=False):
+        Exercise.judge_tensor = _broken
+        ex.judge = _broken  # on the exercise object itself, hiding its class's method
+        torch.Tensor.abs = _broken  # hides torch._C.TensorBase.abs
+        return _right_naive_attention(q, k, v, sm_scale, causal)
+
+    result = grader.check("naive_attention", replaces, quiet=True, record=False, seed=0)
+    assert Exercise.judge_tensor is judge and "judge" not in vars(ex) and "abs" not in vars(torch.Tensor)
+    assert not result.passed and "Exercise.judge_tensor" in result.cases[0].problems[0]
+
+
+def test_a_function_replaced_in_a_cell_before_the_check_fails_the_cases_and_says_why(monkeypatch):
+    from grader import diagnosis
+
+    monkeypatch.setattr(diagnosis, "close", _broken)  # as a notebook cell would, outside any graded call
+    result = grader.check("naive_attention", _right_naive_attention, quiet=True, record=False, seed=0)
+    assert not result.passed
+    assert "judging of this case failed (TypeError: replaced by the learner)" in result.cases[0].problems[0]
+
+
+def test_replacing_in_the_export_cells_of_a_batch_submission_is_put_back(tmp_path):
+    """The child process loads the export cells through run_learner too: what they replace there is put back
+    silently (it could not reach the verdict, judged in the parent), so the submission's functions are graded."""
+    out = run(lambda: setattr(torch, "allclose", _broken))
+    assert out.kind == "replaced" and "`torch.allclose`" in out.message and torch.allclose is not _broken
+    quiet = safety.run_learner(lambda: setattr(torch, "allclose", _broken), (), {}, budget_s=30.0, inputs={},
+                               guards=[], guard_allocations=False, replacing_fails=False)
+    assert quiet.kind == "ok" and torch.allclose is not _broken
+
+
+def test_a_plain_call_replaces_nothing():
+    import grader.checking  # noqa: F401 - the modules a check loads
+
+    for fn in (lambda: torch.ones(3).abs().sum(), lambda: grader.setup(quiet=True), lambda: __import__("json")):
+        out = run(fn)
+        assert out.kind == "ok", out.message

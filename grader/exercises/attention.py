@@ -90,10 +90,10 @@ T = catalogue("exercises.attention", {
                              "instead of 1/√D ({d}, the real head dim)",
                              "sm_scale 的默认值取成了 1/√BLOCK_D（{padded}，tile 补齐到的 2 的幂），而不是 "
                              "1/√D（{d}，真实的 head dim）"),
-    "bug_mask_diagonal": ("causal mask off by one (j < i)", "因果掩码差了一位（j < i）"),
+    "bug_mask_diagonal": ("causal mask off by one (j < i)", "因果掩码差一（j < i）"),
     "bug_mask_diagonal_why": ("the diagonal was masked too: query i must see key j = i",
                               "对角线也被 mask 掉了：query i 必须能看到 key j = i"),
-    "bug_mask_one_more": ("causal mask off by one (j ≤ i + 1)", "因果掩码差了一位（j ≤ i + 1）"),
+    "bug_mask_one_more": ("causal mask off by one (j ≤ i + 1)", "因果掩码差一（j ≤ i + 1）"),
     "bug_mask_one_more_why": ("query i also saw key i + 1", "query i 还看到了 key i + 1"),
     "bug_mask_ignored": ("causal mask ignored", "没有加因果掩码"),
     "bug_mask_ignored_why": ("causal=True was requested but every key was used",

@@ -89,10 +89,10 @@ T = catalogue("exercises.backward", {
     "grad_nonfinite_at": ("{label}: {n} NaN/Inf value(s) ({spots})", "{label}：有 {n} 个 NaN/Inf 值（{spots}）"),
     "grad_outside": ("{label}: {bad} of {n} elements outside the tolerance",
                      "{label}：{n} 个元素中有 {bad} 个超出容差"),
-    "grad_where": ("{label}: mismatches only in {spots}", "{label}：不对的元素只出现在 {spots}"),
+    "grad_where": ("{label}: mismatches only in {spots}", "{label}：不匹配只出现在{spots}"),
     "looks_like": ("looks like: {name} — {why}", "看起来像：{name}——{why}"),
     "lse_trailing_dim": ("lse has shape (B, H, N_q): one number per query row, no trailing dim",
-                         "lse 的形状是 (B, H, N_q)：每个查询行一个数，末尾不要多出长度为 1 的维度"),
+                         "lse 的形状是 (B, H, N_q)：每个 query 行一个数，末尾不要多出长度为 1 的维度"),
     "lse_dtype": ("lse: dtype {got}, expected {want} (float32 for fp16, bf16 and fp32 inputs, float64 for float64 "
                   "ones: P = exp(S − L) needs L to ~1e-6, and gradcheck to far better)",
                   "lse：dtype 是 {got}，应为 {want}（输入为 fp16、bf16、fp32 时用 float32，输入为 float64 时用 "
@@ -100,7 +100,7 @@ T = catalogue("exercises.backward", {
     "lse_outside": ("lse: {bad} of {n} rows outside the tolerance", "lse：{n} 行中有 {bad} 行超出容差"),
     "lse_outside_nonfinite": ("lse: {bad} of {n} rows outside the tolerance ({k} NaN/Inf)",
                               "lse：{n} 行中有 {bad} 行超出容差（其中 {k} 个 NaN/Inf）"),
-    "lse_where": ("lse: mismatches only in {spots}", "lse：不对的元素只出现在 {spots}"),
+    "lse_where": ("lse: mismatches only in {spots}", "lse：不匹配只出现在{spots}"),
     "o_fp64_dtype": ("o: dtype {got}, expected float64 (return the input's dtype)",
                      "o：dtype 是 {got}，应为 float64（返回和输入相同的 dtype）"),
     "o_outside": ("o: {bad} of {n} elements outside the tolerance", "o：{n} 个元素中有 {bad} 个超出容差"),
@@ -129,8 +129,8 @@ T = catalogue("exercises.backward", {
                          "tensor without a mask, elements never written (a key block nobody visits still stores its "
                          "zeros), or exp(S − L) overflowing (L not subtracted)",
                          "grader 会在输入前后放上填满 NaN 的保护区，并把你用 torch.empty 分配的张量都填成 NaN："
-                         "梯度里出现 NaN，说明有不带 mask 的越界读、有从没写过的元素（没有 program 访问的 key 块"
-                         "也要把它的零写回去），或者 exp(S − L) 上溢了（没减 L）"),
+                         "梯度里出现 NaN，说明有不带 mask 的越界读、有从没写过的元素（一个 K/V 块即使没有任何 Q 块"
+                         "访问到，也要把它的零写回去），或者 exp(S − L) 上溢了（没减 L）"),
     # ---- hints: only the cases with this tag fail
     "hint_causal": ("only causal cases fail: the recomputed P must be masked exactly as in the forward (P_ij = 0 "
                     "for j > i, top-left), in both kernels; and the dK/dV program of keys [n0, n0 + BLOCK_N) must "
@@ -140,7 +140,7 @@ T = catalogue("exercises.backward", {
                     "Q 块开始，不能把它跳过"),
     "hint_gqa": ("only the grouped-query cases fail: dK and dV of K/V head h_kv are the sums over the G = H / H_kv "
                  "query heads h_kv·G … h_kv·G + G − 1; the dQ of head h reads K/V head h // G",
-                 "只有分组查询注意力（GQA）用例未通过：K/V 头 h_kv 的 dK 和 dV 是 G = H / H_kv 个查询头 "
+                 "只有分组查询注意力（GQA）用例未通过：K/V 头 h_kv 的 dK 和 dV 是 G = H / H_kv 个 query 头 "
                  "h_kv·G … h_kv·G + G − 1 的梯度之和；头 h 的 dQ 读的是 K/V 头 h // G"),
     "hint_large": ("only the large-magnitude case fails: there attention is sharp and dP − Δ cancels, so Δ must be "
                    "exact (float32 sum, float32 storage) and P must come from exp(S − L) with the forward's L, "
@@ -155,11 +155,11 @@ T = catalogue("exercises.backward", {
                     "partial Q and K/V blocks (other=0), zero P (tl.where) for padded query rows and padded keys, and "
                     "mask the stores; a K/V block that no query sees still stores its zeros",
                     "只有长度不是块大小整数倍的用例未通过：最后那个不完整的 Q 块和 K/V 块，load 要带 mask"
-                    "（other=0）；填充出来的查询行和 key 对应的 P 要置零（tl.where）；store 也要带 mask；"
-                    "没有任何查询看得到的 K/V 块也要把它的零写回去"),
+                    "（other=0）；填充出来的 query 行和 key 对应的 P 要置零（tl.where）；store 也要带 mask；"
+                    "没有任何 query 看得到的 K/V 块也要把它的零写回去"),
     "hint_heads": ("only cases with several heads fail: lse, Δ and dO are per query head; offset their pointers by "
                    "the program's head, and for dK/dV by each head of the group",
-                   "只有多头用例未通过：lse、Δ 和 dO 都是每个查询头各一份；它们的指针要按本 program 的头偏移，"
+                   "只有多头用例未通过：lse、Δ 和 dO 都是每个 query 头各一份；它们的指针要按本 program 的头偏移，"
                    "dK/dV 则要按组内的每个头偏移"),
     "hint_heads_atomic": ("only cases with several heads fail: if the two-kernel backward passes them, look at the "
                           "dQ adds: head b·H + h owns rows (b·H + h)·N_q … (b·H + h)·N_q + N_q − 1 of the float32 "
@@ -169,8 +169,8 @@ T = catalogue("exercises.backward", {
     "hint_gqa_atomic": ("only the grouped-query cases fail: dQ of query head h goes to that head's rows of the buffer "
                         "(head = b·H + h, not the K/V head); dK and dV are the sums over the G = H / H_kv query heads "
                         "h_kv·G … h_kv·G + G − 1",
-                        "只有分组查询注意力（GQA）用例未通过：查询头 h 的 dQ 要加到缓冲区里这个查询头自己的行"
-                        "（head = b·H + h，不是 K/V 头）；dK 和 dV 是 G = H / H_kv 个查询头 h_kv·G … h_kv·G + G − 1 "
+                        "只有分组查询注意力（GQA）用例未通过：query 头 h 的 dQ 要加到缓冲区里这个 query 头自己的行"
+                        "（head = b·H + h，不是 K/V 头）；dK 和 dV 是 G = H / H_kv 个 query 头 h_kv·G … h_kv·G + G − 1 "
                         "的梯度之和"),
     "hint_float16": ("only fp16 cases fail: cast P and dS to fp16 for the products that follow, keep the "
                      "accumulators, Δ and lse in fp32, and return each gradient in its input's dtype",
@@ -222,19 +222,19 @@ T = catalogue("exercises.backward", {
     "bug_gqa_not_summed": ("GQA: dK/dV not summed over the group", "GQA：dK/dV 没有在组内求和"),
     "why_gqa_not_summed": ("K/V head h_kv is read by the {group} query heads h_kv·G … h_kv·G + G − 1: its dK and dV "
                            "are the sum of theirs (one dK/dV program walks all of them), not one head's",
-                           "K/V 头 h_kv 被 h_kv·G … h_kv·G + G − 1 这 {group} 个查询头读取：它的 dK 和 dV 是这些头"
+                           "K/V 头 h_kv 被 h_kv·G … h_kv·G + G − 1 这 {group} 个 query 头读取：它的 dK 和 dV 是这些头"
                            "的梯度之和（一个 dK/dV program 要把它们都走一遍），而不是其中某一个头的"),
-    "bug_gqa_wrong_heads": ("GQA: dK/dV summed over the wrong query heads", "GQA：dK/dV 求和时取错了查询头"),
+    "bug_gqa_wrong_heads": ("GQA: dK/dV summed over the wrong query heads", "GQA：dK/dV 求和时取错了 query 头"),
     "why_gqa_wrong_heads": ("K/V head j is read by the G consecutive query heads j·G … j·G + G − 1 (h // G, as "
                             "repeat_interleave expands it); these dK/dV summed the heads h with h % H_kv = j instead "
                             "(torch's repeat)",
-                            "K/V 头 j 被连续的 G 个查询头 j·G … j·G + G − 1 读取（h // G，与 repeat_interleave 的展开"
-                            "方式一致）；这里的 dK/dV 却把 h % H_kv = j 的那些头加在了一起（torch 的 repeat）"),
+                            "K/V 头 j 被连续的 G 个 query 头 j·G … j·G + G − 1 读取（h // G，与 repeat_interleave "
+                            "的展开方式一致）；这里的 dK/dV 却把 h % H_kv = j 的那些头加在了一起（torch 的 repeat）"),
     "bug_scale_in_group_loop": ("GQA: dK scaled inside the loop over the group's heads",
-                                "GQA：dK 在遍历组内查询头的循环里乘了 sm_scale"),
+                                "GQA：dK 在遍历组内 query 头的循环里乘了 sm_scale"),
     "why_scale_in_group_loop": ("dk *= sm_scale ran once per query head of the group, so the first head's share is "
                                 "scaled G times and only the last head's once: scale once, after the loop",
-                                "dk *= sm_scale 在组内每个查询头上都执行了一次，于是第一个头的贡献乘了 G 次 scale，"
+                                "dk *= sm_scale 在组内每个 query 头上都执行了一次，于是第一个头的贡献乘了 G 次 scale，"
                                 "只有最后一个头的乘了一次：循环结束后只乘一次"),
     "bug_exp_base2": ("tl.exp on base-2 exponents", "对以 2 为底的指数用了 tl.exp"),
     "why_exp_base2": ("with qk_scale = sm_scale·log₂e and lse₂ = lse·log₂e the exponent s·qk_scale − lse₂ is in base "
@@ -249,17 +249,17 @@ T = catalogue("exercises.backward", {
     "bug_br_backward": ("bottom-right causal mask in the backward", "反向里的因果掩码按右下对齐"),
     "why_br_backward": ("the forward (SDPA's is_causal) masks j > i, top-left; the backward's P was masked "
                         "bottom-right (j > i + N_k − N_q): use the forward's mask",
-                        "前向（SDPA 的 is_causal）屏蔽的是 j > i，左上对齐；反向重算 P 时却按右下对齐"
+                        "前向（SDPA 的 is_causal）遮住的是 j > i，左上对齐；反向重算 P 时却按右下对齐"
                         "（j > i + N_k − N_q）加了掩码：要用和前向一样的掩码"),
     "bug_causal_missing": ("causal mask missing in the backward", "反向里漏了因果掩码"),
     "why_causal_missing": ("the forward masked keys j > i but the backward's recomputed P does not: apply the same "
                            "mask to P (P_ij = 0, hence dS_ij = 0, for j > i) in both kernels",
-                           "前向屏蔽了 j > i 的 key，反向重算的 P 却没有：在两个 kernel 里对 P 加同样的掩码"
+                           "前向遮住了 j > i 的 key，反向重算的 P 却没有：在两个 kernel 里对 P 加同样的掩码"
                            "（j > i 时 P_ij = 0，因此 dS_ij = 0）"),
     "bug_ds_transposed": ("dS transposed", "dS 的方向用反了"),
     "why_ds_transposed": ("dK = scale · dSᵀ Q sums over queries and dQ = scale · dS K over keys: the tile of dS (or "
                           "of dSᵀ in the dK/dV kernel) was used the wrong way round",
-                          "dK = scale · dSᵀ Q 是对查询求和，dQ = scale · dS K 是对 key 求和：dS 的 tile"
+                          "dK = scale · dSᵀ Q 是对 query 求和，dQ = scale · dS K 是对 key 求和：dS 的 tile"
                           "（在 dK/dV kernel 里是 dSᵀ 的 tile）用反了方向"),
     "bug_block_max": ("P recomputed from the block max instead of lse", "重算 P 时用了块内最大值而不是 lse"),
     "why_block_max": ("exp(S − rowmax of this block) is not P: the backward has no online softmax; P = exp(S − L) "
@@ -296,8 +296,8 @@ CASES = catalogue("exercises.backward.cases", {
     "one_block": ("one block", "单个块"),
     "batch_heads_blocks": ("batch, heads, several blocks", "多 batch、多头、多个块"),
     "ragged_nq_nk": ("ragged Nq and Nk", "Nq 和 Nk 为非整块长度"),
-    "a_single_query_key": ("a single query and key", "只有一个查询和一个 key"),
-    "one_key_64_queries": ("one key for 64 queries", "64 个查询只对应一个 key"),
+    "a_single_query_key": ("a single query and key", "只有一个 query 和一个 key"),
+    "one_key_64_queries": ("one key for 64 queries", "64 个 query 只对应一个 key"),
     "head_dim_80": ("head dim 80 (padded to 128)", "头维度 80（填充到 128）"),
     "head_dim_18": ("head dim 18 (padded to 32)", "头维度 18（填充到 32）"),
     "gqa_6_2": ("GQA: 6 heads share 2 K/V heads", "GQA：6 个头共享 2 个 K/V 头"),
@@ -327,7 +327,7 @@ CASES = catalogue("exercises.backward.cases", {
     "random_lengths_d_heads": ("random lengths, head dim and heads", "随机长度、头维度和头数"),
     # flash_attention_backward's bad arguments (shown as "bad arguments: ...")
     "bad_q_3d": ("q is 3-D", "q 是 3 维的"),
-    "bad_heads_3_2": ("3 query heads, 2 K/V heads", "3 个查询头，2 个 K/V 头"),
+    "bad_heads_3_2": ("3 query heads, 2 K/V heads", "3 个 query 头，2 个 K/V 头"),
     "bad_head_dims": ("head dims differ", "头维度不一致"),
     "bad_o_shape": ("o has k's shape", "o 的形状和 k 一样"),
     "bad_do_dtype": ("do is float32, q float16", "do 是 float32，q 是 float16"),

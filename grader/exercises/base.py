@@ -42,7 +42,7 @@ T = catalogue("exercises.base", {
                      "{label}：有 {n} 个 {kind}，而这些位置的正确答案是有限值（{spots}）"),
     "outside_tolerance": ("{label}: {n} of {total} elements outside the tolerance",
                           "{label}：{total} 个元素中有 {n} 个超出容差"),
-    "mismatches_only_in": ("mismatches only in {spots}", "不匹配只出现在：{spots}"),
+    "mismatches_only_in": ("mismatches only in {spots}", "不匹配只出现在{spots}"),
     "list_sep": ("; ", "；"),
     "nonfinite_guarded": ("the grader surrounds the inputs with NaN-filled guard regions and fills tensors you "
                           "allocate with torch.empty with NaN, so NaN in the output means a load past the end of a "

@@ -4,6 +4,11 @@ The learner writes partitions for grader.pipeline_sim (generators that yield mba
 and tensor-core products); each case runs them under many random schedules and timings, and the first run that
 goes wrong is explained. A failing run is compared with classic mistakes (mutant partitions) run on the very same
 schedule: a mistake whose run fails the same way, at the same barrier or slot, is named.
+
+What a case's call returns (`invoke`) is not the runs but the operations the learner's partitions yielded on each
+schedule (pipeline_sim.Recorder), and `judge` simulates them here (pipeline_sim.replay), beside the grader's own
+partitions: in batch grading the call runs in the submission's process, which can replace the simulator there, and
+its simulator's verdict must count for nothing. A recording it forges is judged as the protocol it describes.
 """
 
 from __future__ import annotations
@@ -11,18 +16,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import diagnosis
-from ..messages import catalogue
+from ..messages import catalogue, join
 from ..pipeline_sim import (
+    Recorder,
+    Ring,
     Trace,
     actor_label,
     arrive,
     mma,
     mma_wait,
+    replay,
     ring_consumer,
     run_pingpong,
     run_ring,
     softmax,
     tma_load,
+    touched,
     wait,
 )
 from .base import Case, Exercise, case_namer, draw_int
@@ -31,13 +40,19 @@ T = catalogue("exercises.hopper", {
     "title_producer": ("The TMA producer of a K/V ring", "K/V 环形缓冲区的 TMA 生产者"),
     "title_pingpong": ("Two consumer warp groups taking turns (ping-pong)",
                        "两个消费者 warp group 轮流上阵（ping-pong）"),
-    "not_traces": ("the exercise's runner returned {got}, not simulation traces",
-                   "练习的运行器返回的是 {got}，不是模拟轨迹"),
+    "not_recorded": ("the exercise's runner returned {got}, not the operations the partitions yielded",
+                     "练习的运行器返回的是 {got}，而不是各个分区 yield 出的操作"),
+    "s_touched": ("{actor} changed the simulator's barriers or ring itself (a call such as ring.empty[s].arrive(), or "
+                  "an assignment) instead of yielding an operation: the grader runs only what a partition yields "
+                  "(`yield arrive(ring.empty[s])`), so that change is not part of your protocol",
+                  "{actor} 直接改动了模拟器的 barrier 或环形缓冲区（比如调用 ring.empty[s].arrive()，或者直接赋值），"
+                  "而不是 yield 一个操作：grader 只执行分区 yield 出来的操作（`yield arrive(ring.empty[s])`），"
+                  "所以这个改动不算在你的协议里"),
     "schedule": ("in schedule {k} of {n} (seed {seed}, timings jittered by ±{jitter:.0%}): {what}",
                  "在 {n} 个调度中的第 {k} 个（seed {seed}，时长随机扰动 ±{jitter:.0%}）：{what}"),
     "overlap": ("the products of {a} and {b} were on the tensor cores together at t = {t:.2f}: the turns did not keep "
                 "them apart, so both ran at half speed",
-                "t = {t:.2f} 时 {a} 和 {b} 的乘法同时占着 tensor core：轮转没有把它们错开，两边都只跑了一半的速度"),
+                "t = {t:.2f} 时 {a} 和 {b} 的乘法同时占着 tensor core：轮次协议没有把它们错开，两边都只跑了一半的速度"),
     "busy": ("correct, but the tensor cores were busy only {busy:.0%} of the time from the first product to the last "
              "(at least {want:.0%} asked; the reference protocol keeps them {ref:.0%} busy here): the softmax of one "
              "group is not running under the products of the other",
@@ -53,7 +68,7 @@ T = catalogue("exercises.hopper", {
     "p_no_wait_why": ("the producer must not load into a slot until every consumer has released it, or the load "
                       "overwrites a block that is still being read (and an operation that is made but not yielded "
                       "does nothing: write `yield wait(...)`)",
-                      "在所有消费者都释放某个槽之前，生产者不能往里加载，否则会覆盖一个还在被读的块"
+                      "在所有消费者都释放某个槽位之前，生产者不能往里加载，否则会覆盖一个还在被读的块"
                       "（而且只创建、不 yield 的操作什么也不做：要写 `yield wait(...)`）"),
     # what the protocol's own record shows (read from the trace, not simulated)
     "s_no_load": ("the producer started no load at all: each block needs `yield tma_load(j, s, ring.ready[s])` (an "
@@ -62,7 +77,8 @@ T = catalogue("exercises.hopper", {
                   "（只创建、不 yield 的操作什么也不做）"),
     "s_wrong_bar": ("the load of block {block} into slot {slot} arrives on {bar} when it lands, but the consumer waits "
                     "for slot {slot} on ready[{slot}]",
-                    "块 {block} 加载进槽 {slot}，落地时到达的是 {bar}，但消费者等待槽 {slot} 时等的是 ready[{slot}]"),
+                    "块 {block} 加载进槽位 {slot}，落地时到达的是 {bar}，但消费者等待槽位 {slot} 时等的是 "
+                    "ready[{slot}]"),
     "s_load_order": ("the producer's loads were of blocks {blocks}: block j is the j-th load, from 0 to n_blocks − 1",
                      "生产者加载的块依次是 {blocks}：第 j 次加载的就是块 j，从 0 到 n_blocks − 1"),
     "s_turn_parity": ("{actor} waited on its turn barrier for parity {phase} at two blocks in a row ({j} and {j1}): "
@@ -72,26 +88,26 @@ T = catalogue("exercises.hopper", {
     "p_parity_per_block": ("the parity flips every block instead of every lap", "奇偶性每个块翻转一次，而不是每圈一次"),
     "p_parity_per_block_why": ("a slot's barrier completes one phase per lap around the ring, so the parity to wait "
                                "for is that of the lap, j // stages, not of j",
-                               "一个槽的 barrier 每绕环一圈才完成一个阶段，所以要等的奇偶性是圈数 j // stages 的，"
+                               "一个槽位的 barrier 每绕环一圈才完成一个阶段，所以要等的奇偶性是圈数 j // stages 的，"
                                "不是 j 的"),
     "p_waits_ready": ("waits on the ready barrier instead of the empty one", "等的是 ready barrier，而不是 empty"),
     "p_waits_ready_why": ("ready[s] says a load has landed (the consumers wait on it); the producer waits on "
                           "empty[s], which says the consumers are done with the slot",
                           "ready[s] 表示加载已经落地（消费者等它）；生产者要等的是 empty[s]，"
-                          "它表示消费者已经用完这个槽"),
+                          "它表示消费者已经用完这个槽位"),
     "p_signals_empty": ("the load arrives on the empty barrier", "加载完成时到达的是 empty barrier"),
     "p_signals_empty_why": ("tma_load(block, slot, bar) arrives on `bar` when the data lands: that must be "
                             "ring.ready[s], the barrier the consumer waits on",
                             "tma_load(block, slot, bar) 在数据落地时到达 `bar`：它必须是 ring.ready[s]，也就是消费者"
                             "在等的那个 barrier"),
-    "p_one_slot": ("every block goes to slot 0", "所有块都放进了槽 0"),
+    "p_one_slot": ("every block goes to slot 0", "所有块都放进了槽位 0"),
     "p_one_slot_why": ("block j lives in slot j % stages: the ring is what lets loads run ahead of the consumer",
-                       "块 j 放在槽 j % stages：正是环形缓冲区让加载能跑在消费者前面"),
+                       "块 j 放在槽位 j % stages：正是环形缓冲区让加载能跑在消费者前面"),
     # bug models of the ping-pong consumer
-    "c_no_turns": ("no turns at all", "根本没有轮转"),
+    "c_no_turns": ("no turns at all", "根本没有轮次协议"),
     "c_no_turns_why": ("without the turn barriers both groups issue their products at the same moment, share the "
                        "tensor cores and then do their softmax together, in lockstep",
-                       "没有轮转 barrier，两个 group 会在同一时刻发出乘法、平分 tensor core，然后又一起做 softmax，"
+                       "没有轮次 barrier，两个 group 会在同一时刻发出乘法、平分 tensor core，然后又一起做 softmax，"
                        "步调完全一致"),
     "c_both_start": ("both groups take the first turn", "两个 group 都拿到了第一个轮次"),
     "c_both_start_why": ("a fresh barrier passes a wait for parity 1 at once: group 0 must wait for ((j & 1) ^ 1) "
@@ -113,21 +129,21 @@ T = catalogue("exercises.hopper", {
                         "turns[1 - g]: arriving on your own lets you run again and leaves the other group waiting",
                         "group g 在 turns[g] 上等待，交出轮次时要到达另一个 group 的 barrier，即 turns[1 - g]："
                         "到达自己的 barrier 只会让自己接着跑，另一个 group 永远等不到"),
-    "c_release_early": ("the slot is released before the products finish", "乘法还没完成就释放了槽"),
+    "c_release_early": ("the slot is released before the products finish", "乘法还没完成就释放了槽位"),
     "c_release_early_why": ("arrive on ring.empty[s] only after mma_wait(): until then the tensor cores are still "
                             "reading the slot",
-                            "要在 mma_wait() 之后才到达 ring.empty[s]：在那之前 tensor core 还在读这个槽"),
-    "c_no_release": ("the slot is never released", "从来没有释放槽"),
+                            "要在 mma_wait() 之后才到达 ring.empty[s]：在那之前 tensor core 还在读这个槽位"),
+    "c_no_release": ("the slot is never released", "从来没有释放槽位"),
     "c_no_release_why": ("each consumer arrives once on ring.empty[s] per block it read, or the producer waits forever",
                          "每个消费者每读完一个块，都要在 ring.empty[s] 上到达一次，否则生产者会永远等下去"),
 })
 
 CASES = catalogue("exercises.hopper.cases", {
-    "random": ("{stages} slot(s), {n} block(s), random timings", "{stages} 个槽，{n} 个块，随机时长"),
+    "random": ("{stages} slot(s), {n} block(s), random timings", "{stages} 个槽位，{n} 个块，随机时长"),
     "slow_consumer": ("{stages} slot(s), {n} block(s), fast loads, slow consumer",
-                      "{stages} 个槽，{n} 个块，加载快、消费者慢"),
-    "slow_loads": ("{stages} slot(s), {n} block(s), slow loads", "{stages} 个槽，{n} 个块，加载慢"),
-    "steady": ("2 slots, 16 blocks, steady timings: the overlap", "2 个槽，16 个块，固定时长：看重叠"),
+                      "{stages} 个槽位，{n} 个块，加载快、消费者慢"),
+    "slow_loads": ("{stages} slot(s), {n} block(s), slow loads", "{stages} 个槽位，{n} 个块，加载慢"),
+    "steady": ("2 slots, 16 blocks, steady timings: the overlap", "2 个槽位，16 个块，固定时长：看重叠"),
 })
 case_name = case_namer(CASES)
 #: the timing presets (grader.pipeline_sim's units) and the jitter of each
@@ -212,6 +228,7 @@ class _Protocol(Exercise):
     budget_s = 20.0
     simulated = True
     bugs: tuple[str, ...] = ()
+    actors: tuple[str, ...] = ()  # the learner's partitions in a run
 
     def run_one(self, fn, case: ProtocolCase, seed: int) -> Trace:
         raise NotImplementedError
@@ -219,9 +236,43 @@ class _Protocol(Exercise):
     def mutant(self, kind: str):
         raise NotImplementedError
 
+    def partition_of(self, args: tuple) -> tuple[str, Ring, list | None]:
+        """The learner's partition called with `args`: its actor name, the ring and the turn barriers it gets."""
+        raise NotImplementedError
+
     def invoke(self, fn, args, kwargs, extra):
+        """The operations fn's partitions yield on each of the case's schedules, as data (not traces: in batch
+        grading this runs in the submission's process, which can replace the simulator there; `judge` simulates
+        the operations in the grader's own)."""
         case = args[0]
-        return [self.run_one(fn, case, seed) for seed in case.seeds]
+        return [self.record_one(fn, case, seed) for seed in case.seeds]
+
+    def record_one(self, fn, case: ProtocolCase, seed: int) -> dict[str, list]:
+        rec = Recorder()
+
+        def recorded(*args):
+            name, ring, turns = self.partition_of(args)
+            return rec.wrap(name, lambda: fn(*args), ring, turns)
+        self.run_one(recorded, case, seed)
+        return rec.parts
+
+    def replay_one(self, parts: dict[str, list], case: ProtocolCase, seed: int) -> Trace:
+        own: dict = {}
+
+        def replayed(*args):
+            name, ring, turns = self.partition_of(args)
+            return replay(parts[name], ring, turns, own)
+        return self.run_one(replayed, case, seed)
+
+    def replayed(self, out, case: ProtocolCase) -> list[Trace] | None:
+        """The runs of the recorded operations on the case's schedules, here; None when `out` is no recording."""
+        if not isinstance(out, list) or len(out) != len(case.seeds):
+            return None
+        for parts in out:
+            if not (isinstance(parts, dict) and set(parts) == set(self.actors)
+                    and all(isinstance(ops, list) for ops in parts.values())):
+                return None
+        return [self.replay_one(parts, case, seed) for parts, seed in zip(out, case.seeds)]
 
     def call_case(self, name, stages, n, timing_key, gen, steady=False):
         timing, jitter = ({}, 0.0) if steady else PRESETS[timing_key]
@@ -235,17 +286,19 @@ class _Protocol(Exercise):
         return None  # no tensors to cache by: every case draws its own schedules
 
     def judge(self, out, case: ProtocolCase, res, device) -> bool:
-        if not isinstance(out, list) or not all(isinstance(t, Trace) for t in out):
-            res.problems.append(T("not_traces", got=type(out).__name__))
+        traces = self.replayed(out, case)
+        if traces is None:
+            res.problems.append(T("not_recorded", got=type(out).__name__))
             return False
-        for k, (trace, seed) in enumerate(zip(out, case.seeds), 1):
+        for k, (trace, seed) in enumerate(zip(traces, case.seeds), 1):
             what = self.problem(trace)
             if what is None:
                 continue
             res.problems.append(T("schedule", k=k, n=len(case.seeds), seed=seed, jitter=case.jitter, what=what))
+            res.hints += [T("s_touched", actor=actor_label(name)) for name, ops in out[k - 1].items() if touched(ops)]
             res.hints += self.looks_like(trace, case, seed)
             return False
-        return self.judge_overlap(out, case, res)
+        return self.judge_overlap(traces, case, res)
 
     def problem(self, trace: Trace) -> str | None:
         return None if trace.ok else trace.describe()
@@ -275,6 +328,10 @@ class _Protocol(Exercise):
 class KvProducer(_Protocol):
     """producer(ring, n_blocks): loads blocks 0 … n_blocks − 1 into the ring, against the worked-example consumer."""
     bugs = PRODUCER_BUGS
+    actors = ("producer",)
+
+    def partition_of(self, args):
+        return "producer", args[0], None
 
     def run_one(self, fn, case, seed):
         return run_ring(fn, ring_consumer, stages=case.stages, n_blocks=case.n_blocks, seed=seed,
@@ -290,7 +347,7 @@ class KvProducer(_Protocol):
             return [T("s_no_load")]
         blocks = [e[5] for e in loads]
         if blocks != list(range(len(blocks))):
-            return [T("s_load_order", blocks=", ".join(map(str, blocks[:8])) + (", …" if len(blocks) > 8 else ""))]
+            return [T("s_load_order", blocks=join(blocks[:8]) + (join(["", "…"]) if len(blocks) > 8 else ""))]
         for _, _, bar, _, slot, block, *_ in loads:
             if bar is not None and bar != f"ready[{slot}]":
                 if bar.startswith("empty"):
@@ -310,6 +367,11 @@ class PingpongConsumer(_Protocol):
     """pingpong_consumer(ring, turns, n_blocks, group): two of them (group 0 and 1) share the ring and take turns
     on the tensor cores; judged for correctness on random schedules, then for overlap on steady timings."""
     bugs = CONSUMER_BUGS
+    actors = ("consumer 0", "consumer 1")
+
+    def partition_of(self, args):
+        ring, turns, _, group = args
+        return f"consumer {group}", ring, turns
 
     def run_one(self, fn, case, seed):
         return run_pingpong(_grader_producer, fn, stages=case.stages, n_blocks=case.n_blocks, seed=seed,

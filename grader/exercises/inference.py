@@ -73,12 +73,12 @@ T = catalogue("exercises.inference", {
                         "里）——循环要以序列长度为界，读 block table 的 load 也要带 mask。如果不是这个原因，那就是有 "
                         "load 没带 mask、读过了张量末尾，或者有输出元素从没被写过"),
     # -- simulated classic bugs: "looks like: name — why"
-    "bug_seqlen_short": ("off by one in cache_seqlens (one key too few)", "cache_seqlens 差了一位（少用了一个 key）"),
+    "bug_seqlen_short": ("off by one in cache_seqlens (one key too few)", "cache_seqlens 差一（少用了一个 key）"),
     "bug_seqlen_short_why": ("sequence b has exactly L = cache_seqlens[b] valid keys, 0 … L − 1, the last one being "
                              "the newest query's own key: the loop bound or the mask stopped one key short",
                              "序列 b 恰好有 L = cache_seqlens[b] 个有效 key，即 0 … L − 1，最后一个正是最新那个 query "
                              "自己的 key：循环上界或掩码少算了一个 key"),
-    "bug_seqlen_long": ("off by one in cache_seqlens (one key too many)", "cache_seqlens 差了一位（多用了一个 key）"),
+    "bug_seqlen_long": ("off by one in cache_seqlens (one key too many)", "cache_seqlens 差一（多用了一个 key）"),
     "bug_seqlen_long_why": ("the valid keys are 0 … L − 1 with L = cache_seqlens[b]; key L is stale cache memory that "
                             "must not be read: compare offs_n < L, not offs_n <= L",
                             "有效的 key 是 0 … L − 1（L = cache_seqlens[b]）；key L 是缓存里残留的旧数据，不能读："
@@ -138,7 +138,7 @@ T = catalogue("exercises.inference", {
                                 "序列（或 split）里最后一个完整块（或完整页）之后的 key 从没被访问过：循环要一直走到 "
                                 "split 的最后一个 key，最后那个不完整的块用 mask 处理（offs_n < end）"),
     "bug_split_edges": ("split ranges off by one: a key at each boundary between splits dropped",
-                        "split 的范围差了一位：每个 split 边界上都丢了一个 key"),
+                        "split 的范围差一：每个 split 边界上都丢了一个 key"),
     "bug_split_edges_why": ("split s owns the keys start = s·split_len … end − 1 with end = min(start + split_len, L) "
                             "(end exclusive): every key belongs to exactly one split. Here the last (or first) key of "
                             "each split is in none, which only shows where a sequence spans several splits",
@@ -294,7 +294,7 @@ CASES = catalogue("exercises.inference.cases", {
                 "q 和缓存的内存是 (B, N, H, D) 布局：非连续步长"),
     "large": ("large-magnitude scores, num_splits=3", "数值很大的分数，num_splits=3"),
     "heads_apart": ("two heads of one K/V group whose scores are 80× apart, num_splits=3",
-                    "同一个 K/V 组里两个 head 的分数相差 80 倍，num_splits=3"),
+                    "同一个 K/V 组里两个头的分数相差 80 倍，num_splits=3"),
     "far_pages": ("pages of {n} tokens more than 2**31 elements into the pool (int64 offsets)",
                   "{n} 个 token 一页，页在页池中的位置超过 2**31 个元素（偏移要用 int64）"),
     "odd_pages": ("16-token pages, an odd number of pages per sequence", "16 个 token 一页，每条序列的页数为奇数"),
@@ -348,7 +348,7 @@ CASES = catalogue("exercises.inference.cases", {
     "bad_q_4d": ("q is 4-D", "q 是 4 维的"),
     "bad_dtypes": ("dtypes differ", "数据类型不一致"),
     "bad_kv_shape": ("k and v differ in shape", "k 和 v 形状不同"),
-    "bad_heads": ("3 query heads, 2 K/V heads", "3 个查询头，2 个 K/V 头"),
+    "bad_heads": ("3 query heads, 2 K/V heads", "3 个 query 头，2 个 K/V 头"),
     "bad_table_int64": ("block_table is int64", "block_table 是 int64"),
     "bad_table_past": ("a block_table entry in use is past num_pages", "block_table 里有一个在用的项超出了 num_pages"),
     "bad_table_negative": ("a block_table entry in use is negative", "block_table 里有一个在用的项是负数"),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import diagnosis, oracle
-from ..messages import catalogue
+from ..messages import catalogue, join
 from ..safety import ForbiddenCall, RecordCalls
 from ..tolerances import softmax_tolerance
 from .base import BugModel, Case, Exercise, case_namer, dtype_tag, randn, with_inputs
@@ -225,7 +225,7 @@ class OnlineSoftmax(SoftmaxExercise):
         with RecordCalls(self.reductions, where=too_wide) as calls:
             value = super().invoke(fn, args, kwargs, extra)
         if calls.called:
-            raise ForbiddenCall(T("whole_row", names=", ".join(calls.called), n=max(widths), bs=block))
+            raise ForbiddenCall(T("whole_row", names=join(calls.called), n=max(widths), bs=block))
         return value
     hint_texts = {"multi-block": T.later("online_multi_block"), "ragged": T.later("online_ragged"),
                   "large": T.later("online_large"), "dtype:float16": T.later("online_fp16")}

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from .. import answers
 from .. import notebooks as nbs
-from . import build, translations
+from . import notebook_build as build
+from . import translations
 
 MARKER = ".flash-attention-course-release"  # a folder with this file may be overwritten by the next release
 INSTRUCTORS = re.compile(r"\n?<!-- instructors -->.*?<!-- /instructors -->\n?", re.S)

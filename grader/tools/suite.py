@@ -37,17 +37,21 @@ import torch
 
 from .. import benchmarks as core
 from . import suite_backward
+from .suite_common import (  # noqa: F401 - re-exported: the suite's names, as before the split
+    DTYPES,
+    NAIVE_MEMORY_FRACTION,
+    TIMING,
+    environment_info,
+    memory_table,
+    speed_tables,
+    status_section,
+)
 
-#: how grader.benchmarks.time_ms times, as a report says it (a results file records it, so that an older file keeps
-#: its own words)
-TIMING = "the median of three `triton.testing.do_bench` medians"
 FULL_SIZES = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SIZES = (512, 1024)
 HEADS = 32
 #: batch per sequence length: enough work per call to be far above launch overhead, small enough to be quick
 BATCH = {512: 4, 1024: 4, 2048: 4, 4096: 4, 8192: 2, 16384: 1}
-NAIVE_MEMORY_FRACTION = 0.35  # naive PyTorch materialises B·H·N² scores (~12 bytes each); skip above this
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 COURSE = {  # provider name -> (exercise id, how it is called)
     "course: flash_attention_2d (loop over heads)": "flash_attention_2d",
@@ -198,82 +202,6 @@ def measure(plan: Plan, providers: list[Provider], *, warmup=25, rep=100, log=pr
 
 
 # --------------------------------------------------------------------------------------------- reporting
-def environment_info() -> dict:
-    import triton
-
-    from ..device import driver_version, shared_memory_limit
-
-    info = dict(date=time.strftime("%Y-%m-%d %H:%M %Z"), torch=torch.__version__, triton=triton.__version__,
-                python=platform.python_version(), cuda=torch.version.cuda, timing=TIMING)
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
-                    memory_gib=round(props.total_memory / 2 ** 30, 1),
-                    smem_per_block_optin=shared_memory_limit(0), cudnn=torch.backends.cudnn.version(),
-                    driver=driver_version())
-    return info
-
-
-def _fmt(row):
-    if row.get("status") == "ok":
-        return f"{row['tflops']:.0f}"
-    s = row.get("status", "")
-    if s.startswith("not supported"):
-        return "n/a"
-    if s.startswith("skipped"):
-        return "skip"
-    if s.startswith("unavailable"):
-        return "unavail."
-    if s.startswith("WRONG"):
-        return "WRONG"
-    return "err"
-
-
-def speed_tables(by: dict, plan: Plan, providers: list[str], ours: str | list[tuple[str, str]], bases,
-                 ratio_name: str = "ours", heading: str = "") -> list[str]:
-    """One TFLOP/s table per (dtype, D, causal) of the plan that has rows, with a ratio row `ratio_name / base` per
-    base; ours: a provider (named ratio_name in the ratio rows) or a list of (provider, name), a ratio row each.
-    by: (provider, dtype, D, causal, N) -> row."""
-    pairs = [(ours, ratio_name)] if isinstance(ours, str) else ours
-    lines = []
-    for dt in plan.dtypes:
-        for d in plan.dims:
-            for c in plan.causal:
-                sizes = [n for n in plan.sizes if any((p, dt, d, c, n) in by for p in providers)]
-                if not sizes:
-                    continue
-                lines.append(f"## {heading}{dt}, D = {d}, {'causal' if c else 'not causal'}: TFLOP/s")
-                lines.append("")
-                lines.append("| provider | " + " | ".join(f"N={n}" for n in sizes) + " |")
-                lines.append("|---|" + "---:|" * len(sizes))
-                for p in providers:
-                    cells = [_fmt(by[(p, dt, d, c, n)]) if (p, dt, d, c, n) in by else "" for n in sizes]
-                    lines.append(f"| {p} | " + " | ".join(cells) + " |")
-                for mine, name in pairs:
-                    for base in bases:
-                        cells = []
-                        for n in sizes:
-                            a, b = by.get((mine, dt, d, c, n), {}), by.get((base, dt, d, c, n), {})
-                            cells.append(f"{a['tflops'] / b['tflops']:.2f}×" if "tflops" in a and "tflops" in b
-                                         else "")
-                        if any(cells):
-                            lines.append(f"| *{name} / {base}* | " + " | ".join(cells) + " |")
-                lines.append("")
-    return lines
-
-
-def memory_table(by: dict, providers: list[str], sizes: list[int], dtype: str, d: int) -> list[str]:
-    """Peak extra MiB per provider and N (not causal), status marks where a provider did not run."""
-    lines = ["| provider | " + " | ".join(f"N={n}" for n in sizes) + " |", "|---|" + "---:|" * len(sizes)]
-    for p in providers:
-        cells = []
-        for n in sizes:
-            r = by.get((p, dtype, d, False, n))
-            cells.append(f"{r['mem_mib']:.0f}" if r and r.get("status") == "ok" else (_fmt(r) if r else ""))
-        lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    return lines + [""]
-
-
 def markdown(info: dict, rows: list[dict], plan: Plan) -> str:
     lines = ["# Attention forward: the course's kernels against PyTorch", ""]
     lines.append(f"- GPU: **{info.get('gpu', '?')}** (compute capability {info.get('capability', '?')}, "
@@ -312,14 +240,6 @@ def markdown(info: dict, rows: list[dict], plan: Plan) -> str:
         lines.append("")
     lines += status_section(rows, ("error", "WRONG"), "Errors")
     return "\n".join(lines)
-
-
-def status_section(rows: list[dict], prefixes: tuple[str, ...], title: str) -> list[str]:
-    """A '## title' list of every (provider, status) whose status starts with one of `prefixes` (none: no lines)."""
-    found = {(r["provider"], r["status"]) for r in rows if str(r.get("status", "")).startswith(prefixes)}
-    if not found:
-        return []
-    return [f"## {title}", "", *(f"- {p}: {s}" for p, s in sorted(found)), ""]
 
 
 def plots(info: dict, rows: list[dict], plan: Plan, out: Path, what: str = "attention forward", prefix: str = "",

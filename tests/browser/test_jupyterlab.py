@@ -6,7 +6,7 @@ the solution, NOT ATTEMPTED in the learner's), that the visualisers render as li
 and redraw when the tile walker's step slider is dragged, and that no cell failed except the learner stubs'
 NotImplementedError. Screenshots go to $FA_COURSE_SCREENSHOTS or tests/browser/screenshots/.
 
-Needs the `playwright` package (the course's dev extra, which requirements.txt installs) and a Chromium: the first
+Needs the `playwright` package (the course's dev extra: `pip install -e ".[dev]"`) and a Chromium: the first
 of $FA_COURSE_CHROMIUM, Debian's /usr/bin/chromium (`apt install chromium`), a chromium on PATH, and Playwright's
 own download (`python -m playwright install chromium`). Without them the tests skip and say which is missing.
 JupyterLab serves a temporary copy of the two notebooks, with temporary Jupyter config, data, runtime, settings and
@@ -78,7 +78,7 @@ def chromium():
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        pytest.skip("the playwright package is not installed (pip install -r requirements.txt installs it)")
+        pytest.skip('the playwright package is not installed (pip install -e ".[dev]" installs it)')
     try:
         import ipywidgets  # noqa: F401
         import jupyterlab  # noqa: F401

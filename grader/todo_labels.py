@@ -1,0 +1,90 @@
+"""The TODO stubs' labels, as a report names them.
+
+The build writes each solution region of a learner notebook as `raise NotImplementedError("TODO: label")`, in
+English (code is shared by both editions). A Chinese report names the TODO as the Chinese notebook's comment above
+it does ("TODO 1 — 分数" where the stub says "TODO 1 (scores)"). tests/test_glossary.py checks that every stub of
+every notebook has an entry here and that each Chinese label matches its notebook's TODO comment.
+"""
+
+from __future__ import annotations
+
+from .messages import CATALOGUE, catalogue, language, normalise
+
+NAMESPACE = "todo"
+
+catalogue(NAMESPACE, {
+    # 01-04
+    "TODO: naive attention": ("TODO: naive attention", "TODO：朴素注意力"),
+    "TODO: safe softmax": ("TODO: safe softmax", "TODO：安全 softmax"),
+    "TODO: state update (TODO 1)": ("TODO: state update (TODO 1)", "TODO 1（更新状态）"),
+    "TODO: normalising pass (TODO 2)": ("TODO: normalising pass (TODO 2)", "TODO 2（归一化那一遍）"),
+    "TODO: merge": ("TODO: merge", "TODO：合并两个状态"),
+    "TODO: initial state (TODO 1)": ("TODO: initial state (TODO 1)", "TODO 1（初始状态）"),
+    "TODO: update for one tile (TODO 2)": ("TODO: update for one tile (TODO 2)", "TODO 2（一个 tile 的更新）"),
+    "TODO: final normalisation (TODO 3)": ("TODO: final normalisation (TODO 3)", "TODO 3（最后的归一化）"),
+    "TODO: the body of add_kernel": ("TODO: the body of add_kernel", "TODO：add_kernel 的函数体"),
+    "TODO: the body of softmax_kernel": ("TODO: the body of softmax_kernel", "TODO：softmax_kernel 的函数体"),
+    "TODO: matmul TODO 1 (tile offsets)": ("TODO: matmul TODO 1 (tile offsets)", "matmul 的 TODO 1 — 偏移"),
+    "TODO: matmul TODO 2 (the K loop)": ("TODO: matmul TODO 2 (the K loop)", "matmul 的 TODO 2 — K 循环"),
+    "TODO: matmul TODO 3 (store the tile)": ("TODO: matmul TODO 3 (store the tile)", "matmul 的 TODO 3 — 写回 tile"),
+    # 05-07
+    "TODO 1 (scores)": ("TODO 1 (scores)", "TODO 1 — 分数"),
+    "TODO 2 (running max)": ("TODO 2 (running max)", "TODO 2 — 新的运行最大值 m_new"),
+    "TODO 3 (exponentials, running sum)": ("TODO 3 (exponentials, running sum)", "TODO 3 — 指数与运行和"),
+    "TODO 4 (rescale, accumulate)": ("TODO 4 (rescale, accumulate)", "TODO 4 — 重新缩放并累加"),
+    "TODO 5 (normalise)": ("TODO 5 (normalise)", "TODO 5 — 归一化"),
+    "TODO 1": ("TODO 1", "TODO 1 — 我负责哪个 tile"),
+    "TODO 2": ("TODO 2", "TODO 2 — 偏移、掩码和 Q tile"),
+    "TODO 3": ("TODO 3", "TODO 3 — 加载一个 K/V tile 并算分数"),
+    "TODO 4": ("TODO 4", "TODO 4 — 在线 softmax 更新"),
+    "TODO 5": ("TODO 5", "TODO 5 — 归一化"),
+    "TODO: validation": ("TODO: validation", "TODO 6 — 参数校验"),
+    "TODO: causal A: loop bound": ("TODO: causal A: loop bound", "TODO causal A — 循环上界 hi"),
+    "TODO: causal B: mask": ("TODO: causal B: mask", "TODO causal B — 因果掩码"),
+    "TODO: causal_mask": ("TODO: causal_mask", "TODO：因果掩码（causal_mask）"),
+    "TODO: kv_block_split": ("TODO: kv_block_split", "TODO：K/V 块的划分（kv_block_split）"),
+    # 08
+    "TODO: exp2 in the online softmax": ("TODO: exp2 in the online softmax", "在线 softmax 里的 TODO（exp2）"),
+    "TODO: exp2 scale": ("TODO: exp2 scale", "TODO（exp2 scale）"),
+    "TODO: split bounds": ("TODO: split bounds", "TODO（split bounds，把 key 区间分成两段）"),
+    "TODO: measurement loop": ("TODO: measurement loop", "TODO（measurement loop，测量循环）"),
+    "TODO: shared-memory estimate": ("TODO: shared-memory estimate", "TODO（共享内存）"),
+    # 09: the Chinese notebook keeps these tags in English
+    "TODO: attention_backward": ("TODO: attention_backward", "TODO：求 dq、dk、dv（attention_backward）"),
+    "TODO: lse": ("TODO: lse", "TODO lse"),
+    "TODO: lse allocation": ("TODO: lse allocation", "TODO lse allocation"),
+    "TODO: Δ": ("TODO: Δ", "TODO Δ"),
+    "TODO: dK/dV step": ("TODO: dK/dV step", "TODO dK/dV step"),
+    "TODO: dK/dV causal range": ("TODO: dK/dV causal range", "TODO dK/dV causal range（因果范围）"),
+    "TODO: GQA": ("TODO: GQA", "TODO GQA"),
+    "TODO: scale dK": ("TODO: scale dK", "TODO scale (dK)"),
+    "TODO: dQ step": ("TODO: dQ step", "TODO dQ step"),
+    "TODO: scale dQ": ("TODO: scale dQ", "TODO scale (dQ)"),
+    "TODO: checks": ("TODO: checks", "TODO checks"),
+    "TODO: autograd forward": ("TODO: autograd forward", "TODO autograd forward（前向）"),
+    "TODO: autograd backward": ("TODO: autograd backward", "TODO autograd backward（反向）"),
+    "TODO: dQ share": ("TODO: dQ share", "TODO dQ share"),
+    "TODO: dQ atomic add": ("TODO: dQ atomic add", "TODO dQ atomic add"),
+    # 10: likewise
+    "TODO: GQA packing": ("TODO: GQA packing", "TODO（GQA packing）"),
+    "TODO: split range": ("TODO: split range", "TODO（split range，split 的范围）"),
+    "TODO: causal": ("TODO: causal", "TODO（causal）"),
+    "TODO: page lookup": ("TODO: page lookup", "TODO（page lookup，第 7 节）"),
+    "TODO: partial state": ("TODO: partial state", "TODO（partial state，部分状态）"),
+    "TODO: merge weights": ("TODO: merge weights", "TODO（merge weights，合并权重）"),
+    "TODO: sequence bounds": ("TODO: sequence bounds", "TODO（sequence bounds，序列边界）"),
+    "TODO: causal shift": ("TODO: causal shift", "TODO（causal shift，因果偏移）"),
+    "TODO: causal loop bounds": ("TODO: causal loop bounds", "TODO（causal loop bounds，因果循环边界）"),
+    # 11
+    "TODO: the producer": ("TODO: the producer", "TODO：生产者"),
+    "TODO: the turn protocol": ("TODO: the turn protocol", "TODO：轮次协议"),
+})
+
+
+def todo_label(label: str, lang: str | None = None) -> str:
+    """A stub's label (the text of its NotImplementedError) as the notebook of `lang` (default: the language in
+    force) names that TODO; a label this table does not know (an instructor's new region) is shown as it is."""
+    entry = CATALOGUE.get(f"{NAMESPACE}.{label}")
+    if entry is None:
+        return label
+    return entry[normalise(lang) or language()]
