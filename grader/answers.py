@@ -9,9 +9,10 @@ Chinese twin. In a learner release both travel packed in grader/references.bin.
 
 from __future__ import annotations
 
+import html
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import exercises, messages, notebooks, store
@@ -31,28 +32,96 @@ T = catalogue("answers", {
                 "被判分的函数里不能调用 grader.solution：请自己完成这个练习"),
     "unavailable": ("no reference answer of {id} in this copy of the course ({why})",
                     "这份课程副本里没有 {id} 的参考答案（{why}）"),
+    "code_main": ("Code: `{function}` first, then what it calls that holds the exercise's steps",
+                  "代码：先是 `{function}`，然后是它调用的、包含本练习各个步骤的函数与 kernel"),
+    "helpers": ("Helpers it also uses ({n}): {names}", "它还用到的辅助代码（{n} 段）：{names}"),
+    "helpers_elided": ("Not shown: the helpers it also uses ({names}); their code is in .helpers_code.",
+                       "这里没有列出它还用到的辅助代码（{names}），完整代码在 .helpers_code 里。"),
 })
 
 EXPLAINS = "explains:"
 _MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION.*$\n?", re.M)
 
 
-@dataclass
+@dataclass(repr=False)
 class Solution:
+    """A reference answer. `code` is all of it, in the order it runs; `main` is what to read first (the exercise's
+    function, then the kernels and functions it calls that hold the solution's steps); `helpers` (names, code) is
+    the rest (imports, argument checks, tuning helpers). Jupyter shows it as Markdown with the helpers folded; in a
+    terminal or as text/plain (nbclient) it prints as plain text with the helpers named, not shown."""
     exercise: str
     title: str
     code: str
     explanation: str
+    function: str = ""
+    main: str = ""
+    helpers: list[tuple[list[str], str]] = field(default_factory=list)
+
+    @property
+    def helpers_code(self) -> str:
+        return _join([code for _, code in self.helpers])
+
+    def _helper_names(self) -> str:
+        """The helpers by name (imports left out: they are in the code, not worth a name here)."""
+        return messages.join([n for names, code in self.helpers if not _is_import(code) for n in names])
 
     def markdown(self) -> str:
-        return (f"### {T('title', title=self.title, id=self.exercise)}\n\n**{T('code')}**\n\n```python\n"
-                f"{self.code.rstrip()}\n```\n\n**{T('explanation')}**\n\n{self.explanation}\n")
+        out = [f"### {T('title', title=self.title, id=self.exercise)}",
+               f"**{T('code_main', function=self.function)}**", _pre(self.main or self.code),
+               f"**{T('explanation')}**", self.explanation.strip()]
+        if self.helpers:
+            out += [f"<details><summary>{html.escape(T('helpers', n=len(self.helpers), names=self._helper_names()))}"
+                    "</summary>", _pre(self.helpers_code), "</details>"]
+        return "\n\n".join(out) + "\n"
+
+    def text(self) -> str:
+        title = T("title", title=self.title, id=self.exercise)
+        out = [title, "=" * min(len(title) * 2, 100), "", T("code_main", function=self.function), "",
+               (self.main or self.code).rstrip(), "", T("explanation"), "", self.explanation.strip()]
+        if self.helpers:
+            out += ["", T("helpers_elided", names=self._helper_names())]
+        return "\n".join(out) + "\n"
 
     def __str__(self) -> str:
-        return self.markdown()
+        return self.text()
+
+    __repr__ = __str__
 
     def _repr_markdown_(self) -> str:
         return self.markdown()
+
+
+def _pre(code: str) -> str:
+    """A code block that scrolls sideways instead of wrapping long lines mid-token (a fenced block in JupyterLab
+    wraps), highlighted where pygments is installed (it comes with IPython). Starts with `<pre`, so that Markdown
+    keeps it whole across blank lines."""
+    code = code.rstrip("\n") + "\n"
+    try:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+
+        body = highlight(code, PythonLexer(), HtmlFormatter(nowrap=True, noclasses=True, nobackground=True))
+    except ImportError:
+        body = html.escape(code)
+    return ('<pre style="white-space: pre; overflow-x: auto; line-height: 1.3; font-size: 0.9em">'
+            f"{body.rstrip()}</pre>")
+
+
+def _join(segments: list[str]) -> str:
+    """Statements as a module shows them: consecutive imports together, two blank lines around everything else."""
+    out: list[str] = []
+    for seg in segments:
+        if out:
+            imports = _is_import(seg) and _is_import(out[-1])
+            out.append("\n" if imports else "\n\n\n")
+        out.append(seg.strip("\n"))
+    return "".join(out) + "\n" if out else ""
+
+
+def _is_import(segment: str) -> bool:
+    return all(ln.startswith(("import ", "from ")) or not ln.strip() or ln.startswith((" ", ")"))
+               for ln in segment.strip().splitlines()) and segment.lstrip().startswith(("import ", "from "))
 
 
 def attempted(exercise_id: str) -> bool:
@@ -129,18 +198,30 @@ def _explanation(ex) -> str:
     return texts.get(messages.language()) or texts.get("en") or T("no_explanation")
 
 
-def _code(ex) -> str:
+def _segments(ex) -> list[tuple[set[str], str]]:
+    """The solution's statements that the exercise's function needs, each with the names it defines."""
     module = notebooks.solution_module(ex.notebook)
     source = Path(module.__file__).read_text(encoding="utf-8")
-    cells = re.split(r"^# ---- cell \d+.*$", source, flags=re.M)
-    code = notebooks.session_code([c for c in cells if c.strip()], ex.function) or source
+    cells = [c for c in re.split(r"^# ---- cell \d+.*$", source, flags=re.M) if c.strip()]
+    return notebooks.session_segments(cells, ex.function) or [(set(), source)]
+
+
+def _code(ex) -> tuple[str, str, list[tuple[list[str], str]]]:
+    """(all the code, in the order it runs; the part to read first; the helpers as (names, code)), the TODO
+    comments in the language in force and the solution markers removed. The part to read first is the exercise's
+    function and every definition holding a solution region (the exercise's steps), the function first."""
+    segments = _segments(ex)
     lang = messages.language()
     if lang != "en":
         path = Path(notebooks.solutions_dir()) / f"{ex.notebook}.ipynb"
         pairs = todo_translations(path, lang) if path.exists() else \
             [tuple(p) for p in notebooks.bundled_todos(lang).get(ex.notebook, [])]
-        code = _localise(code, pairs)
-    return _MARKER.sub("", code)
+        segments = [(names, _localise(seg, pairs)) for names, seg in segments]
+    steps = [(names, seg) for names, seg in segments if ex.function in names or _MARKER.search(seg)]
+    steps.sort(key=lambda item: ex.function not in item[0])  # stable: the function, then the rest in source order
+    helpers = [(sorted(names), _MARKER.sub("", seg)) for names, seg in segments if (names, seg) not in steps]
+    everything = _join([_MARKER.sub("", seg) for _, seg in segments])
+    return everything, _join([_MARKER.sub("", seg) for _, seg in steps]), helpers
 
 
 def solution(exercise_id: str, force: bool = False) -> Solution | None:
@@ -157,8 +238,8 @@ def solution(exercise_id: str, force: bool = False) -> Solution | None:
         print(T("refused", id=ex.id))
         return None
     try:
-        code = _code(ex)
+        code, main, helpers = _code(ex)
     except (FileNotFoundError, AttributeError) as e:
         print(T("unavailable", id=ex.id, why=e))
         return None
-    return Solution(ex.id, str(ex.title), code, _explanation(ex))
+    return Solution(ex.id, str(ex.title), code, _explanation(ex), ex.function, main, helpers)

@@ -325,6 +325,19 @@ def of(exercise, fn: Callable) -> Attempt | None:
     return Attempt(exercise.id, labels, tuple(label for label in labels if label in present))
 
 
+def of_source(exercise, source: str) -> Attempt | None:
+    """What a submission's export code has of the exercise's TODOs (batch grading: the parent reads the code, it
+    runs nothing of it). None where the exercise's TODOs cannot be known or the code does not parse."""
+    try:
+        labels = todos(exercise)
+        present = set(reach(graph(source), exercise.function))
+    except Exception:  # noqa: BLE001 - no solutions here, or code that does not parse: the cases alone decide
+        return None
+    if not labels:
+        return None
+    return Attempt(exercise.id, labels, tuple(label for label in labels if label in present))
+
+
 def settle(attempt: Attempt | None, exercise, stops: list[str]) -> None:
     """Fold in what the cases ran into: `stops`, the stub labels the stopped cases reached, in case order (a TODO
     a case reached is not filled in, whatever the code seemed to say)."""

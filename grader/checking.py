@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from . import attempts, environment, exercises, messages, notebooks, reports, safety, store
+from . import attempts, environment, exercises, messages, notebooks, progressbar, reports, safety, store
 from .exercises.base import Case, Exercise, fmt_dtype
+from .diagnosis import one_thread
 from .messages import catalogue
 from .replaced import judging_failed
 from .results import CaseResult, CheckResult
@@ -152,6 +153,30 @@ def _judge_raises(outcome, case: Case, res: CaseResult) -> bool:
     return True
 
 
+def _run_in_budget(ex: Exercise, runner: Runner, case: Case, env, reference: Callable | None,
+                   timeout: float | None) -> tuple[Outcome, float | None, float]:
+    """The learner's run of the case within its budget: (outcome, the reference's seconds or None, the budget).
+
+    The reference is timed only where its budget could matter: a budget is never under floor_s(), so a run that
+    ends within the floor ends within any budget, and the reference's run (as long as the learner's: half of a
+    first check's time) is saved. Only a run stopped at the floor gets the reference timed, and its full budget
+    when that is longer."""
+    if timeout is not None:
+        return runner(ex, case, timeout), None, timeout
+    key = (env.label, ex.id, case.name, case.shapes)
+    if reference is None or key in _REFERENCE_SECONDS:
+        ref_s = _reference_seconds(ex, case, env, reference)
+        budget = _budget(ref_s, ex, env)
+        return runner(ex, case, budget), ref_s, budget
+    budget = floor_s(ex, env)
+    outcome = runner(ex, case, budget)
+    if outcome.kind != "timeout":
+        return outcome, None, budget
+    ref_s = _reference_seconds(ex, case, env, reference)
+    full = _budget(ref_s, ex, env)
+    return (runner(ex, case, full), ref_s, full) if full > budget else (outcome, ref_s, budget)
+
+
 def _run_case(ex: Exercise, runner: Runner, case: Case, index: int, env, reference: Callable | None,
               timeout: float | None, order_probes: list[int] | None = None) -> tuple[CaseResult, str]:
     """The case's result, and how the call ended (safety.Outcome.kind).
@@ -160,9 +185,7 @@ def _run_case(ex: Exercise, runner: Runner, case: Case, index: int, env, referen
     the learner's kernel once more; a spill into another program's elements shows in nearly every case, so the
     first wrong output of a check tells)."""
     res = CaseResult(index, case.name, case.shapes, fmt_dtype(case.dtype), "FAIL", tags=case.tags)
-    ref_s = None if timeout is not None else _reference_seconds(ex, case, env, reference)
-    budget = timeout if timeout is not None else _budget(ref_s, ex, env)
-    outcome = runner(ex, case, budget)
+    outcome, ref_s, budget = _run_in_budget(ex, runner, case, env, reference, timeout)
     res.seconds = outcome.seconds
     if outcome.kind == "not_attempted":
         res.status = "NOT ATTEMPTED"
@@ -223,11 +246,24 @@ def round_seed(seed: int, round_: int) -> int:
 
 
 def run_cases(ex: Exercise, env, seed: int, runner: Runner, result: CheckResult, *, reference: Callable | None,
-              timeout: float | None = None, rounds: int = 1, hidden: bool = False, isolated: bool = False) -> None:
+              timeout: float | None = None, rounds: int = 1, hidden: bool = False, isolated: bool = False,
+              progress: progressbar.Progress | None = None) -> None:
     """Every case of the exercise (drawn `rounds` times, plus its hidden cases when `hidden`) into result.cases.
 
     isolated: the runner gives each failure a fresh process, so a CUDA error does not end the run.
+    progress: told of each case before it runs, and closed at the end (grader.check's display in Jupyter).
     """
+    progress = progress or progressbar.Progress()
+    try:
+        with one_thread():  # torch's second thread, on a shared 2-core machine, made a check 2–10× slower
+            _run_cases(ex, env, seed, runner, result, reference, timeout, rounds, hidden, isolated, progress)
+    finally:
+        progress.close()
+
+
+def _run_cases(ex: Exercise, env, seed: int, runner: Runner, result: CheckResult, reference: Callable | None,
+               timeout: float | None, rounds: int, hidden: bool, isolated: bool,
+               progress: progressbar.Progress) -> None:
     builders = ex.case_builders(env)
     repeat = ex.repeat_builder(builders)
     builders = builders + ([repeat] if repeat is not None else [])
@@ -249,6 +285,7 @@ def run_cases(ex: Exercise, env, seed: int, runner: Runner, result: CheckResult,
             result.cases.append(CaseResult(i, case.name, case.shapes, fmt_dtype(case.dtype), "FAIL", tags=case.tags,
                                            problems=[stop]))
             continue
+        progress.step(i, len(plan), case.name)
         try:
             res, how = _run_case(ex, runner, case, i, env, reference, timeout, order_probes)
         except Exception as e:  # noqa: BLE001 - the judging failed (a notebook cell replaced what it calls?)
@@ -283,7 +320,8 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
     else:
         result.attempt = attempts.of(ex, fn)
         reference = None if timeout is not None or notebooks.is_reference(fn) else _load_reference(ex)
-        run_cases(ex, env, seed, in_process(fn), result, reference=reference, timeout=timeout)
+        run_cases(ex, env, seed, in_process(fn), result, reference=reference, timeout=timeout,
+                  progress=progressbar.for_check(ex.id, quiet))
         attempts.settle(result.attempt, ex, [c.todo for c in result.cases if c.todo])
         speed_cases, speed_notes = ex.speed_cases(env, fn, seed, result.passed)
         for i, c in enumerate(speed_cases, len(result.cases) + 1):

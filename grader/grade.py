@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from . import checking, device, environment, exercises, messages, notebooks, reports
+from . import attempts, checking, device, environment, exercises, messages, notebooks, reports
 from .results import CaseResult, CheckResult
 from .sandbox import Child, Limits
 
@@ -133,7 +133,7 @@ def _failed_result(ex, env_label: str, seed: int, reason: str) -> CheckResult:
 def _reason(r: CheckResult) -> str:
     if r.passed:
         return ""
-    if all(c.status == "NOT ATTEMPTED" for c in r.cases):
+    if attempts.status(r) == attempts.NOT_ATTEMPTED:
         return "not attempted"
     c = next(c for c in r.cases if not c.passed)
     text = f"case {c.index} ({c.name}): {c.problems[0] if c.problems else c.status}"
@@ -247,6 +247,8 @@ class Grader:
                     checking.run_cases(ex, self.env, seed, child.run, r, reference=self._reference(ex),
                                        timeout=self.args.timeout, rounds=self.args.draws, hidden=True,
                                        isolated=True)
+                    r.attempt = attempts.of_source(ex, source)
+                    attempts.settle(r.attempt, ex, [c.todo for c in r.cases if c.todo])
                 g.results.append(r)
                 g.rows.append(_row(g, r))
         finally:

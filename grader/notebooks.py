@@ -51,6 +51,12 @@ T = catalogue("notebooks", {
     "reference_of_in_call": ("the reference solution of {exercise} is not available inside a function being graded: "
                              "write the exercise yourself",
                              "在被判分的函数内部不能使用 {exercise} 的参考实现：这个练习请自己动手写"),
+    "demo_yours": ("This demo runs your `{function}` ({exercise}).",
+                   "这个演示运行的是你的 `{function}`（{exercise}）。"),
+    "demo_reference": ("This demo runs the reference `{function}` ({exercise}): yours still reaches unfinished TODOs "
+                       "({todos}). Once they are filled in, it runs yours.",
+                       "这个演示运行的是参考实现的 `{function}`（{exercise}）：你的版本还会走到没完成的 TODO"
+                       "（{todos}）。把它们填完，这里就会运行你的版本。"),
 })
 
 EXPORT_TAG = "export"
@@ -255,6 +261,12 @@ def _segment(source: str, node: ast.stmt) -> str:
 def session_code(sources: list[str], wanted: str) -> str | None:
     """The code that defines `wanted` as this kernel last ran it: the latest definition of every name it needs,
     transitively, in the order the cells ran. Statements other than definitions and imports are left out."""
+    segments = session_segments(sources, wanted)
+    return None if segments is None else "\n\n".join(seg for _, seg in segments) + "\n"
+
+
+def session_segments(sources: list[str], wanted: str) -> list[tuple[set[str], str]] | None:
+    """session_code's statements, each with the names it defines, in the order the cells ran."""
     latest: dict[str, tuple[int, int, str]] = {}
     for ci, raw in enumerate(sources):
         src = "\n".join(ln for ln in raw.splitlines() if not ln.lstrip().startswith(("%", "!")))
@@ -281,7 +293,11 @@ def session_code(sources: list[str], wanted: str) -> str | None:
             todo += sorted(_globals_used(seg))
         except SyntaxError:
             pass
-    return "\n\n".join(seg for _, seg in sorted(chosen.items())) + "\n"
+    names = {(ci, ni): set() for ci, ni in chosen}
+    for name, (ci, ni, _) in latest.items():
+        if (ci, ni) in names:
+            names[(ci, ni)].add(name)
+    return [(names[key], seg) for key, seg in sorted(chosen.items())]
 
 
 def keep_passing_code(ex, fn: Callable, sources: list[str] | None = None) -> Path | None:
@@ -494,13 +510,12 @@ def yours_or_reference(exercise_id: str, fn: Callable) -> Callable:
     """For a demo that uses an exercise: fn, your function, once it reaches no TODO stub; the reference
     implementation while it does (so that a demo never stops at an earlier exercise's TODO). Says which it is."""
     from .exercises import get
-    from .todo_labels import todo_label
 
     ex = get(exercise_id)
     todos = unfinished_todos(fn)
     if not todos:
         print(T("demo_yours", function=ex.function, exercise=ex.id))
         return fn
-    shown = ", ".join(todo_label(t) for t in todos[:3]) + (", …" if len(todos) > 3 else "")
+    shown = join([todo_label(t) for t in todos[:3]] + (["..."] if len(todos) > 3 else []))
     print(T("demo_reference", function=ex.function, exercise=ex.id, todos=shown))
     return reference(exercise_id)

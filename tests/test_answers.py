@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import html
+import re
+
 import pytest
 
 import grader
@@ -72,3 +75,35 @@ def test_a_graded_function_cannot_ask_for_the_solution(progress):
         return ref(q, k, v, sm_scale, causal)
     r = grader.check("naive_attention", peeks, quiet=True, record=False)
     assert not r.passed and "grader.solution is not available" in str(r)
+
+
+def _first_def(code: str) -> str:
+    return next(ln for ln in code.splitlines() if ln.startswith(("def ", "class ")))
+
+
+@pytest.mark.parametrize("ex", list(EXERCISES.values()), ids=lambda e: e.id)
+def test_the_answer_opens_on_the_exercises_function_with_the_helpers_apart(ex, progress):
+    shown = grader.solution(ex.id, force=True)
+    assert _first_def(shown.main).startswith(f"def {ex.function}("), _first_def(shown.main)
+    for _, helper in shown.helpers:
+        assert helper.strip() not in shown.main
+    assert "### BEGIN SOLUTION" not in shown.main + shown.helpers_code
+    assert not re.search(r"^(import|from) .*\n\n(import|from) ", shown.code, re.M), "a blank line between imports"
+    compile(shown.code, ex.id, "exec")
+
+
+def test_the_wrapper_comes_first_and_checks_and_tuning_helpers_are_folded(progress):
+    shown = grader.solution("flash_attention_fast", force=True)
+    md, text = shown.markdown(), str(shown)
+    assert '<pre style="white-space: pre; overflow-x: auto' in md  # long lines scroll, never wrap mid-token
+    md = html.unescape(re.sub(r"<(?!/?details)[^>]+>", "", md))  # what it reads as (the highlighting's spans gone)
+    names = [n for names, _ in shown.helpers for n in names]
+    assert "_validate" in names and "_prepare" in names
+    assert md.index("def flash_attention_fast(") < md.index(answers.T("explanation")) < md.index("<details>")
+    assert "def _validate(" in md.split("<details>", 1)[1]  # folded, not gone
+    # the text form (a terminal, nbclient's text/plain): readable, the helpers named but not shown
+    assert repr(shown) == text and not text.startswith("Solution(")
+    assert "def flash_attention_fast(" in text and "def _validate(" not in text and "_validate" in text
+    assert shown.explanation.strip()[:40] in text
+    assert text.index("def flash_attention_fast(") < text.index(shown.explanation.strip()[:40])
+    assert "def _validate(" in shown.helpers_code

@@ -28,3 +28,195 @@ def test_the_missing_scale_demo_of_notebook_00_fails_as_its_text_says():
     hints = [str(h) for c in result.cases for h in c.hints]
     assert any("scale missing" in h for h in hints), hints
     assert not any("raised" in p for c in result.cases for p in c.problems)
+
+
+# ------------------------------------------------------------------ demos of an earlier, unfinished exercise
+# A learner works top to bottom: an exercise whose grader.check cell is above a demo is done with, as far as the
+# notebook's order goes, but may well be unfinished. A demo that runs it must not stop at its TODO: it goes through
+# grader.yours_or_reference, which hands over the reference while the learner's function still reaches a stub.
+import ast  # noqa: E402
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+from grader import notebooks  # noqa: E402
+
+LEARNER = notebooks.repo_root() / "notebooks"
+_CHOOSERS = {"check", "benchmark", "yours_or_reference"}  # grader calls that may be handed an unfinished function
+
+
+def _is_stub(node) -> bool:
+    """`raise NotImplementedError("TODO: ...")`, as the build writes a solution region."""
+    exc = node.exc if isinstance(node, ast.Raise) else None
+    return (isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name) and exc.func.id == "NotImplementedError"
+            and bool(exc.args) and isinstance(exc.args[0], ast.Constant) and str(exc.args[0].value).startswith("TODO"))
+
+
+def _grader_call(node) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CHOOSERS
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "grader")
+
+
+def _function_expr(node) -> bool:
+    """A value that is a function: a name, a lambda, a decorator applied to one, or a choice between such."""
+    if isinstance(node, (ast.Name, ast.Lambda)):
+        return True
+    if isinstance(node, ast.IfExp):
+        return _function_expr(node.body) and _function_expr(node.orelse)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Call):
+        return len(node.args) == 1 and _function_expr(node.args[0])
+    return False
+
+
+def earlier_todos_in_demos(nb: dict) -> list[tuple[int, str, str, str]]:
+    """(cell, name, TODO label, its exercise) for each demo cell (one without a stub of its own) that uses a function
+    reaching a TODO stub of an exercise checked above it. A stub belongs to the first exercise checked after it."""
+    trees = {}
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            lines = [ln for ln in cell_source(cell).splitlines() if not ln.lstrip().startswith(("%", "!"))]
+            with contextlib.suppress(SyntaxError):
+                trees[i] = ast.parse("\n".join(lines))
+    uses: dict[str, set[str]] = {}
+    reach: dict[str, set[str]] = {}
+    stub_cell: dict[str, int] = {}
+    checks: dict[str, int] = {}
+    for i, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                body = list(ast.walk(node))
+                uses.setdefault(node.name, set()).update(
+                    n.id for n in body if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+                for n in body:
+                    if isinstance(n, ast.Raise) and _is_stub(n):
+                        reach.setdefault(node.name, set()).add(n.exc.args[0].value)
+                        stub_cell[n.exc.args[0].value] = i
+            if (_grader_call(node) and node.func.attr == "check" and node.args
+                    and isinstance(node.args[0], ast.Constant)):
+                checks.setdefault(node.args[0].value, i)
+        for node in tree.body:  # aliases: f = g, f = triton.autotune(...)(g)
+            if isinstance(node, ast.Assign) and _function_expr(node.value):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        uses.setdefault(target.id, set()).update(
+                            n.id for n in ast.walk(node.value) if isinstance(n, ast.Name))
+    changed = True
+    while changed:
+        changed = False
+        for name, used in uses.items():
+            more = set().union(*(reach.get(u, set()) for u in used if u != name)) - reach.get(name, set())
+            if more:
+                reach.setdefault(name, set()).update(more)
+                changed = True
+    order = sorted(checks.items(), key=lambda kv: kv[1])
+
+    def owner(label: str) -> tuple[str | None, int]:
+        return next(((ex, at) for ex, at in order if at > stub_cell[label]), (None, len(nb["cells"])))
+
+    found = []
+    for i, tree in trees.items():
+        if any(isinstance(n, ast.Raise) and _is_stub(n) for n in ast.walk(tree)):
+            continue  # a TODO cell itself
+        handed = {id(a) for node in ast.walk(tree) if _grader_call(node) for a in node.args}
+        used: set[str] = set()
+
+        def visit(node) -> None:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or id(node) in handed:
+                return
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                used.add(node.id)
+            for child in ast.iter_child_nodes(node):
+                visit(child)
+        visit(tree)
+        for name in sorted(used):
+            for label in sorted(reach.get(name, ())):
+                exercise, checked_at = owner(label)
+                if checked_at < i:
+                    found.append((i, name, label, exercise))
+    return found
+
+
+def test_the_analysis_finds_a_demo_of_an_earlier_unfinished_exercise():
+    def code(src):
+        return {"cell_type": "code", "metadata": {}, "source": src}
+    nb = {"cells": [code('def f(x):\n    raise NotImplementedError("TODO: f")\n'), code('grader.check("f_ex", f)'),
+                    code("def g(x):\n    return f(x) + 1\n"), code("g(1)"),
+                    code('h = grader.yours_or_reference("f_ex", f)\nh(1)')]}
+    assert earlier_todos_in_demos(nb) == [(3, "g", "TODO: f", "f_ex")]
+
+
+_LATER = {"08_performance": "GPU-only measurement cells of 08 (attention_with, smem_bytes, flash_attention_fast in "
+                            "measure_steps, profile_exp2, live_autotune, live_final) still call the learner's function"}
+
+
+@pytest.mark.parametrize("name", [p.stem for p in sorted(LEARNER.glob("*.ipynb"))])
+def test_no_demo_uses_an_earlier_exercise_that_may_be_unfinished(name, request):
+    if name in _LATER:
+        request.applymarker(pytest.mark.xfail(reason=_LATER[name], strict=True))
+    nb = json.loads((LEARNER / f"{name}.ipynb").read_text(encoding="utf-8"))
+    found = earlier_todos_in_demos(nb)
+    assert not found, "demo cells that stop at an earlier exercise's TODO (use grader.yours_or_reference): " + \
+        "; ".join(f"cell {i}: {n} reaches {label} of {ex}" for i, n, label, ex in found)
+
+
+def _quiet(f, *args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        value = f(*args)
+    return value, out.getvalue()
+
+
+def test_yours_or_reference_runs_yours_once_finished_and_says_which():
+    learner = notebooks.load_module(LEARNER / "09_backward.ipynb")
+    solution = notebooks.solution_module("09_backward")
+    chosen, said = _quiet(grader.yours_or_reference, "flash_attention_forward", learner.flash_attention_forward)
+    assert chosen is grader.reference("flash_attention_forward")
+    assert "runs the reference `flash_attention_forward`" in said and "TODO: lse" in said, said
+    # the backward's own stubs and the ones it reaches through the helpers it shares
+    assert notebooks.unfinished_todos(learner.flash_attention_backward_atomic)[0] == "TODO: checks"
+    assert "TODO: autograd forward" in notebooks.unfinished_todos(learner.flash_attention_autograd)
+    mine, said = _quiet(grader.yours_or_reference, "flash_attention_forward", solution.flash_attention_forward)
+    assert mine is solution.flash_attention_forward and "runs your `flash_attention_forward`" in said
+    grader.setup(quiet=True, lang="zh")
+    try:
+        _, said = _quiet(grader.yours_or_reference, "kv_producer", notebooks.load_module(
+            LEARNER / "11_hopper_gluon.ipynb").producer)
+    finally:
+        grader.setup(quiet=True, lang="en")
+    assert "参考实现" in said and "TODO：生产者" in said, said
+
+
+def test_a_kernel_reached_through_a_launch_counts():
+    learner = notebooks.load_module(LEARNER / "10_inference.ipynb")
+    todos = notebooks.unfinished_todos(learner.flash_decode_paged)  # the stubs sit in the shared @triton.jit kernel
+    assert "TODO: GQA packing" in todos, todos
+    assert notebooks.unfinished_todos(notebooks.solution_module("10_inference").flash_decode_paged) == []
+
+
+@pytest.mark.skipif(os.environ.get("FA_COURSE_SKIP_NBCLIENT") == "1", reason="FA_COURSE_SKIP_NBCLIENT=1")
+def test_notebook_11_as_a_learner_gets_it_raises_only_in_its_todo_cells(tmp_path):
+    """Run the learner's notebook 11 (the simulator: seconds) through nbclient: every cell that raises is one with a
+    stub of its own, and every demo said that it ran the reference."""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(LEARNER / "11_hopper_gluon.ipynb", as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=300, allow_errors=True, resources={"metadata": {"path": str(LEARNER)}},
+                                     env={**os.environ, "FA_COURSE_PROGRESS": str(tmp_path / "progress.json"),
+                                          "FA_COURSE_LANG": "en"})
+    client.execute()
+    raised, demos = [], 0
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if errors and "NotImplementedError" not in cell.source:
+            raised.append(f"cell {i}: {errors[0]['ename']}: {errors[0]['evalue']}")
+        if "yours_or_reference" in cell.source:
+            demos += 1
+            text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+            assert "This demo runs the reference" in text, (i, text)
+    assert not raised, raised
+    assert demos == 4

@@ -65,7 +65,7 @@ def own(body: str) -> str:
             "    s = (q.to(ct) @ k.to(ct).transpose(-1, -2)) * scale\n"
             "    if causal:\n"
             "        n, m = s.shape[-2:]\n"
-            "        s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float('-inf'))\n"
+            "        s = s.masked_fill(torch.ones(n, m, dtype=torch.bool, device=s.device).triu(1), float('-inf'))\n"
             "    return (s.softmax(-1) @ v.to(ct)).to(q.dtype)\n")
 
 
@@ -333,3 +333,21 @@ def test_a_forged_simulation_in_the_child_does_not_pass(graded_forged, student, 
 def test_replacing_the_graders_functions_in_the_call_is_a_failed_case_with_a_reason(graded_forged):
     r = graded_forged[("replaces", "naive_attention")]
     assert r["passed"] == "0" and "replaced" in r["reason"] and "grader.diagnosis.close" in r["reason"], r
+
+
+def test_an_untouched_template_is_not_attempted_in_batch_grading(tmp_path):
+    """Notebook 10's template: its argument checks and empty-input cases pass, which is not an attempt (the grade
+    says "not attempted", as grader.check does, not "failing 8/28")."""
+    subs = tmp_path / "subs"
+    (subs / "blank10").mkdir(parents=True)
+    nb10 = (ROOT / "notebooks" / "10_inference.ipynb").read_text(encoding="utf-8")
+    (subs / "blank10" / "10_inference.ipynb").write_text(nb10, encoding="utf-8")
+    out = tmp_path / "grades"
+    assert grade.main([str(subs), "--out", str(out), "--jobs", "1", "--draws", "1", "--timeout", "10",
+                       "--seed", "5"]) == 0
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        rows = {r["exercise"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"flash_decode", "flash_decode_paged", "flash_attention_varlen"}, rows
+    for r in rows.values():
+        assert r["passed"] == "0" and r["reason"] == "not attempted", r
+    assert any(int(r["cases_passed"]) > 0 for r in rows.values()), "the template's argument checks pass no case?"

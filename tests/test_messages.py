@@ -17,7 +17,9 @@ from grader import messages
 GRADER = Path(grader.__file__).resolve().parent
 #: modules a learner's session shows text from (the instructor tools under grader/tools/ and the batch grader's
 #: command line speak English only)
-LEARNER_MODULES = sorted(p for p in [*GRADER.glob("*.py"), *(GRADER / "exercises").glob("*.py")]
+LEARNER_MODULES = sorted(p for p in [*GRADER.glob("*.py"), *(GRADER / "exercises").rglob("*.py"),
+                                     *(GRADER / "visuals").glob("*.py"),
+                                     *(GRADER / "safety").glob("*.py")]
                          if p.name not in {"messages.py", "grade.py", "sandbox.py", "config.py"})
 SENTENCE = re.compile(r"[A-Za-z]{2,}[,;:]? [A-Za-z]{2,}[,;:]? [A-Za-z]{2,}")
 NOT_SHOWN = "# not shown"  # a line that builds text nobody reads (a key, a regex, a matplotlib option...)

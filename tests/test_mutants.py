@@ -11,11 +11,15 @@ from grader.exercises import get
 from grader.notebooks import export_source, load_source, solutions_dir
 
 
-def mutant(exercise_id: str, old: str, new: str):
+def mutant(exercise_id: str, old: str, new: str, *more: str):
+    """The solution of the exercise with `old` replaced by `new` (and each further pair of `more` likewise)."""
     ex = get(exercise_id)
     source = export_source(solutions_dir() / f"{ex.notebook}.ipynb")
-    assert old in source, f"mutation target no longer in solutions/{ex.notebook}.ipynb: {old!r}"
-    return getattr(load_source(source.replace(old, new), f"mutant_{ex.notebook}"), ex.function)
+    pairs = [(old, new), *zip(more[::2], more[1::2])]
+    for a, b in pairs:
+        assert a in source, f"mutation target no longer in solutions/{ex.notebook}.ipynb: {a!r}"
+        source = source.replace(a, b)
+    return getattr(load_source(source, f"mutant_{ex.notebook}"), ex.function)
 
 
 FA2D = [
@@ -115,3 +119,49 @@ def test_a_missing_mask_on_the_ragged_block_is_still_called_one():
     oob = [p for c in r.cases for p in c.problems if "out-of-bounds" in p]
     if grader.setup(quiet=True).interpreter:
         assert oob and all("ragged last block without mask" in p for p in oob), str(r)
+
+
+# A slip with a diagnosis of its own (issue 24, point 4): the running max subtracted along the wrong axis, s − m_new
+# instead of s − m_new[:, None]. It runs wherever the tile (or the input) is square, and the report named nothing
+# but "exp overflowed ... subtract the (running) max", which the learner had done.
+MAX_BROADCAST = [
+    ("flash_attention_2d", "p = tl.exp(s - m_new[:, None])", "p = tl.exp(s - m_new)"),
+    ("tiled_attention", "p = torch.exp(s - m_new[..., None])", "p = torch.exp(s - m_new)"),
+    ("online_softmax", "torch.exp(block - m_new[..., None])", "torch.exp(block - m_new)"),
+    ("safe_softmax", "z = z - z.amax(dim=-1, keepdim=True)", "z = z - z.amax(dim=-1)"),
+]
+OVERFLOW_HINTS = ("exp overflowed", "exp 上溢")
+
+
+@pytest.mark.parametrize("exercise_id, old, new", MAX_BROADCAST, ids=[m[0] for m in MAX_BROADCAST])
+def test_a_max_broadcast_along_the_wrong_axis_is_named_and_not_called_an_overflow(exercise_id, old, new):
+    r = grader.check(exercise_id, mutant(exercise_id, old, new), quiet=True, record=False)
+    text = str(r)
+    assert not r.passed
+    assert "looks like: max broadcast along the wrong axis" in text, text
+    assert not any(h in text for h in OVERFLOW_HINTS), text
+    wrong_values = [c for c in r.cases if not c.passed and c.max_abs is not None]  # not the broadcast errors
+    assert wrong_values and all(any("max broadcast along the wrong axis" in h for h in c.hints)
+                                for c in wrong_values), text
+
+
+# Noise next to a right diagnosis (issue 24, point 5).
+def test_a_division_inside_the_loop_is_not_also_called_a_division_at_the_end():
+    # seeds 0 and 2: the large-magnitude case, whose few wrong rows a division inside the loop *and* at the end at
+    # another block size explained as well, named both
+    fn = mutant("flash_attention_2d", "        m_i = m_new    ",
+                "        acc = acc / l_i[:, None]\n        m_i = m_new    ", "out = acc / l_i[:, None]", "out = acc")
+    for seed in (0, 2):
+        text = str(grader.check("flash_attention_2d", fn, seed=seed, quiet=True, record=False))
+        assert "looks like: divided by l inside the loop —" in text, text
+        assert "and again at the end" not in text, text
+        assert "mismatches only in" not in text, text  # a where line is generic next to the finding
+
+
+def test_exponentials_against_the_old_max_come_without_the_generic_nan_and_overflow_hints():
+    r = grader.check("tiled_attention", mutant("tiled_attention", "p = torch.exp(s - m_new[..., None])",
+                                               "p = torch.exp(s - m_i[..., None])"), quiet=True, record=False)
+    text = str(r)
+    assert "looks like: exponentials against the old max" in text, text
+    for noise in ("-inf − (-inf)", *OVERFLOW_HINTS, "fully masked rows", "guard regions"):
+        assert noise not in text, (noise, text)

@@ -262,3 +262,33 @@ def test_benchmark_explorer_widget(tmp_path):
     assert w.image.value != before
     empty = visuals.benchmark_explorer(tmp_path / "missing.json", interactive=True)
     assert "0 measured rows" in empty.status.value
+
+
+def test_pipeline_timeline_draws_one_panel_per_run():
+    from grader import pipeline_sim
+    from grader.notebooks import reference
+
+    producer = reference("kv_producer")
+    runs = [pipeline_sim.run_ring(producer, pipeline_sim.ring_consumer, stages=s, n_blocks=4) for s in (1, 2)]
+    fig = visuals.pipeline_timeline(*runs, titles=["one slot", "two slots"])
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert fig.axes[0].get_title(loc="left").startswith("one slot") and "finished" in fig.axes[1].get_title(loc="left")
+    assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_one_visualiser_per_module_and_every_name_still_in_grader_visuals():
+    """grader.visuals is a package (issue 24): each visualiser in a module of its own, every name importable from
+    grader.visuals as when it was one module."""
+    import importlib
+
+    for module, name in (("tiles", "tile_walker"), ("softmax_steps", "softmax_stepper"), ("sram", "sram_explorer"),
+                         ("benchmark_results", "benchmark_explorer"), ("timeline", "pipeline_timeline")):
+        fn = getattr(importlib.import_module(f"grader.visuals.{module}"), name)
+        assert getattr(visuals, name) is fn
+    names = {"STATIC_ENV", "widgets_available", "CJK_FONTS", "cjk_font", "PlotText", "plot_text", "figure_fonts",
+             "FULL", "MASKED", "SKIPPED", "Tile", "WalkStep", "TileWalk", "tile_grid", "tile_walk", "tile_walker",
+             "SoftmaxStep", "online_softmax_steps", "softmax_stepper", "DTYPE_BYTES", "GPU_SMEM_LIMITS",
+             "attention_smem_bytes", "smem_limits", "THIS_GPU", "sram_explorer", "BENCHMARK_PATHS",
+             "load_benchmark_results", "benchmark_explorer", "pipeline_timeline", "T"}
+    assert not [n for n in names if not hasattr(visuals, n)]
+    assert set(visuals.__all__) <= names

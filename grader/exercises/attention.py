@@ -76,6 +76,13 @@ T = catalogue("exercises.attention", {
                                "row over its keys: axis=1 (dim=-1)",
                                "分数 tile 每行的求和是沿 axis 0（query 轴）算的；每一行应在它自己的 key 上归约："
                                "axis=1（dim=-1）"),
+    "bug_max_broadcast": ("max broadcast along the wrong axis", "最大值沿错误的轴广播了"),
+    "bug_max_broadcast_why": ("p = exp(s − m_new) subtracted the max of query row j from column j of the tile: "
+                              "m_new holds one max per query row, so give it a column axis to subtract each row's "
+                              "own max from that row, s − m_new[:, None] (m_new[..., None] in PyTorch)",
+                              "p = exp(s − m_new) 把第 j 个 query 行的最大值减到了 tile 的第 j 列上：m_new 是每个 "
+                              "query 行一个最大值，要给它补上列这一维，让每一行减去它自己的最大值，写成 "
+                              "s − m_new[:, None]（PyTorch 里是 m_new[..., None]）"),
     "bug_scale_missing": ("scale missing", "漏了缩放"),
     "bug_scale_missing_why": ("the scores were not multiplied by sm_scale (1/√D by default)",
                               "分数没有乘 sm_scale（默认是 1/√D）"),
@@ -273,6 +280,8 @@ class AttentionCase(Case):
     block_m: int | None = None  # the block sizes the exercise is called with, when it takes them
     block_n: int | None = None
     causal_align: str = "top_left"  # or "bottom_right": query i sees keys j <= i + N_k - N_q (FlashAttention-2)
+    #: the bug models of this case, each simulated once (a case is diagnosed again by the order probe)
+    simulated: list[BugModel] | None = field(default=None, repr=False, compare=False)
 
     @property
     def scale(self) -> float:
@@ -378,15 +387,16 @@ def _scores(q, k, scale, causal, align="top_left"):
 
 
 def online(q, k, v, scale, block_n, causal, *, rescale_acc=True, rescale_l=True, divide="end", exp_max="new",
-           align="top_left", inverted=False, skip_m=None):
+           align="top_left", inverted=False, skip_m=None, scores=None):
     """fp64 online-softmax attention over K/V blocks of block_n keys, with switches for the classic mistakes.
 
     divide: "end" (right), "never", "inside" (acc /= l every block, not at the end), "inside+end".
     exp_max: "new" (right) or "old" (p = exp(s − m_old), the max before this block's update).
     skip_m: with causal, the BLOCK_M of a kernel that skips the key blocks past its Q block's diagonal (None: every
     block is visited, masked). Only a division inside the loop notices: elsewhere a fully masked block changes nothing.
+    scores: _scores(q, k, scale, causal, align), when the caller has it already.
     """
-    s_all = _scores(q, k, scale, causal, align)
+    s_all = _scores(q, k, scale, causal, align) if scores is None else scores
     m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
     l_ = torch.zeros(q.shape[:-1], dtype=q.dtype)
     acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
@@ -415,8 +425,13 @@ def online(q, k, v, scale, block_n, causal, *, rescale_acc=True, rescale_l=True,
     return acc
 
 
-def wrong_axis(q, k, v, scale, block, causal, *, max_axis0=True, sum_axis0=True, align="top_left"):
-    """Square block×block tiles whose row max and/or row sum were reduced over axis 0 (the query axis)."""
+def wrong_axis(q, k, v, scale, block, causal, *, max_axis0=True, sum_axis0=True, align="top_left",
+               max_broadcast=False, p_dtype=None):
+    """Square block×block tiles whose row max and/or row sum were reduced over axis 0 (the query axis), or
+    (max_broadcast) whose right row max was subtracted along the wrong axis: s − m_new instead of s − m_new[:, None],
+    query row j's max from column j (only a square tile broadcasts so).
+
+    p_dtype: the dtype p is cast to for p @ v (a kernel's p.to(v.dtype): in fp16, p beyond 65504 is inf there)."""
     n_q, n_k = q.shape[-2], k.shape[-2]
     pad_q, pad_k = -n_q % block, -n_k % block
     qp = F.pad(q, (0, 0, 0, pad_q))  # zero rows, as a masked load with other=0 gives
@@ -432,10 +447,12 @@ def wrong_axis(q, k, v, scale, block, causal, *, max_axis0=True, sum_axis0=True,
     for j in range(0, s.shape[-1], block):
         t = s[..., j:j + block]
         m_new = torch.maximum(m, t.amax(-2) if max_axis0 else t.amax(-1))
-        p = torch.exp((t - m_new[..., None]).float()).double()  # in fp32, as a kernel: a wrong max overflows there
+        m_sub = m_new[..., None, :] if max_broadcast else m_new[..., None]
+        p = torch.exp((t - m_sub).float()).double()  # in fp32, as a kernel: a wrong max overflows there
         alpha = torch.exp((m - m_new).float()).double()
         l_ = l_ * alpha + (p.sum(-2) if sum_axis0 else p.sum(-1))
-        acc = acc * alpha[..., None] + p @ vp[..., None, j:j + block, :]
+        pv = p if p_dtype is None else p.to(p_dtype).double()
+        acc = acc * alpha[..., None] + pv @ vp[..., None, j:j + block, :]
         m = m_new
     return (acc / l_[..., None]).flatten(-3, -2)[..., :n_q, :]
 
@@ -446,35 +463,43 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
     scale, causal = case.scale, case.causal
     blocks = (case.block_n,) if case.block_n else blocks
     al = {"align": case.causal_align}  # every simulation masks as the case asks
+    shared: list[torch.Tensor] = []
+
+    def scores() -> torch.Tensor:  # the scores every online() simulation starts from, computed once
+        if not shared:
+            shared.append(_scores(q, k, scale, causal, case.causal_align))
+        return shared[0]
+    al_s = lambda: {**al, "scores": scores()}  # noqa: E731
 
     def skips(bn):  # a causal kernel may visit every key block or skip those past its Q block's diagonal
         if not causal:
             return (None,)
         return (None, case.block_m) if case.block_m else (None, *(bm for bm in (16, 32, 64, 128) if bm >= bn))
     bugs = [BugModel(T("bug_no_division"), T("bug_no_division_why"),
-                     lambda: online(q, k, v, scale, 1 << 30, causal, divide="never", **al)),
+                     lambda: online(q, k, v, scale, 1 << 30, causal, divide="never", **al_s())),
             BugModel(T("bug_old_max"), T("bug_old_max_first_why"),
-                     lambda: online(q, k, v, scale, 1 << 30, causal, exp_max="old", **al)),
+                     lambda: online(q, k, v, scale, 1 << 30, causal, exp_max="old", **al_s())),
             BugModel(T("bug_alpha_inverted"), T("bug_alpha_inverted_why"),
-                     lambda: online(q, k, v, scale, 1 << 30, causal, inverted=True, **al)),
+                     lambda: online(q, k, v, scale, 1 << 30, causal, inverted=True, **al_s())),
             *(BugModel(T("bug_divide_twice"), T("bug_divide_twice_why"),  # one block: acc/l in the loop, /l again
-                       lambda bm=bm: online(q, k, v, scale, 1 << 30, causal, divide="inside+end", skip_m=bm, **al))
+                       lambda bm=bm: online(q, k, v, scale, 1 << 30, causal, divide="inside+end", skip_m=bm, **al_s()))
               for bm in skips(0))]
     for bn in blocks:
         if case.n_k <= bn:
             continue
         bugs += [
             BugModel(T("bug_acc_not_rescaled"), T("bug_acc_not_rescaled_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_acc=False, **al)),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_acc=False, **al_s())),
             BugModel(T("bug_l_not_rescaled"), T("bug_l_not_rescaled_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_l=False, **al)),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, rescale_l=False, **al_s())),
             *(BugModel(T(f"bug_divide_{name}"), T(f"bug_divide_{name}_why"),
-                       lambda bn=bn, bm=bm, how=how: online(q, k, v, scale, bn, causal, divide=how, skip_m=bm, **al))
+                       lambda bn=bn, bm=bm, how=how: online(q, k, v, scale, bn, causal, divide=how, skip_m=bm,
+                                                            **al_s()))
               for name, how in (("inside", "inside"), ("twice", "inside+end")) for bm in skips(bn)),
             BugModel(T("bug_old_max"), T("bug_old_max_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, exp_max="old", **al)),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, exp_max="old", **al_s())),
             BugModel(T("bug_alpha_inverted"), T("bug_alpha_inverted_why"),
-                     lambda bn=bn: online(q, k, v, scale, bn, causal, inverted=True, **al)),
+                     lambda bn=bn: online(q, k, v, scale, bn, causal, inverted=True, **al_s())),
         ]
     if not causal:  # keys past N_k loaded as 0 (other=0.0) and scored, not masked: zero keys and values
         for bn in blocks:
@@ -490,6 +515,11 @@ def softmax_bugs(case: AttentionCase, blocks=(16, 32, 64, 128)) -> list[BugModel
         for which, kw in (("both", {}), ("sum", {"max_axis0": False})):
             bugs.append(BugModel(T(f"bug_wrong_axis_{which}"), T(f"bug_wrong_axis_{which}_why"),
                                  lambda b=b, kw=kw: wrong_axis(q, k, v, scale, b, causal, **kw, **al)))
+        # exponentials against other rows' maxima overflow: a kernel's p.to(v.dtype) at 65504 already in fp16
+        cast = case.dtype if case.dtype in (torch.float16, torch.bfloat16) else None
+        bugs.append(BugModel(T("bug_max_broadcast"), T("bug_max_broadcast_why"),
+                             lambda b=b: wrong_axis(q, k, v, scale, b, causal, max_axis0=False, sum_axis0=False,
+                                                    max_broadcast=True, p_dtype=cast, **al)))
     return bugs
 
 
@@ -593,7 +623,7 @@ def overflow_hint(case: Case) -> str:
     return T("overflow_fp16" if case.dtype == torch.float16 else "overflow")
 
 
-class AttentionExercise(Exercise):
+class AttentionExercise(diagnosis.QuietWhenExplained, Exercise):
     """An exercise whose output is attention: located by query row, explained by the bug families it has."""
 
     bug_families: tuple[Callable[[AttentionCase], list[BugModel]], ...] = (scale_and_mask_bugs,)
@@ -613,8 +643,9 @@ class AttentionExercise(Exercise):
         rows = diagnosis.last_block_hint(wrong, case.n_q, 0 if case.two_d else 2, T("axis_query_rows"))
         if rows:
             hints.append(rows)
-        bugs = [b for family in self.bug_families for b in family(case)]
-        hints += diagnosis.match_bugs(out64, case.expected, case.dtype, bugs)
+        if getattr(case, "simulated", None) is None:  # (a chapter's own case type may lack the field)
+            case.simulated = diagnosis.memoized([b for family in self.bug_families for b in family(case)])
+        hints += diagnosis.match_bugs(out64, case.expected, case.dtype, case.simulated)
         bh = diagnosis.batch_head_hint(out64, case.expected, case.dtype)
         if bh:
             hints.append(bh)

@@ -28,6 +28,12 @@ T = catalogue("exercises.softmax", {
                            "row over its own elements: dim=-1 (axis=1 in a 2-D tile)",
                            "最大值和求和是跨行（dim=0 / axis=0）算的；softmax 是让每一行在它自己的元素上归一化："
                            "dim=-1（在 2-D tile 里是 axis=1）"),
+    "bug_max_broadcast": ("max broadcast along the wrong axis", "最大值沿错误的轴广播了"),
+    "bug_max_broadcast_why": ("x − m subtracted the max of row j from column j: m holds one max per row, so give "
+                              "it a last axis to subtract each row's own max from that row (m[..., None], or "
+                              "amax(dim=-1, keepdim=True))",
+                              "x − m 把第 j 行的最大值减到了第 j 列上：m 是每行一个最大值，要给它补上最后一维，"
+                              "让每一行减去它自己的最大值（m[..., None]，或者 amax(dim=-1, keepdim=True)）"),
     "bug_max_not_subtracted": ("max not subtracted", "没有减去最大值"),
     "bug_max_not_subtracted_why": ("exp(x) without subtracting the row max overflows for large x",
                                    "不先减去行最大值，x 很大时 exp(x) 会上溢"),
@@ -104,6 +110,8 @@ CASES = catalogue("exercises.softmax.cases", {
     "fp16_large_50": ("fp16, large magnitude (x·50)", "fp16，大数值（x·50）"),
     "neg_inf": ("with -inf entries", "含 -inf 元素"),
     "fp64": ("fp64", "fp64 输入"),
+    "square": ("square input (as many rows as columns)", "方阵输入（行数与列数相同）"),
+    "online_square": ("as many rows as block_size, block_size={bs}", "行数与 block_size 相同，block_size={bs}"),
     "online_short": ("row shorter than a block, block_size={bs}", "行比一个块短，block_size={bs}"),
     "online_several": ("several blocks, block_size={bs}", "多个块，block_size={bs}"),
     "online_ragged": ("ragged last block, block_size={bs}", "最后一个块不完整，block_size={bs}"),
@@ -148,15 +156,18 @@ def _softmax_case(env, gen, name, shape, dtype, magnitude=1.0, tags=(), block_si
 
 
 def _online(x: torch.Tensor, block: int, *, rescale=True, exp_max="new", inverted=False,
-            keep_max=True) -> torch.Tensor:
-    """fp64 online softmax over blocks of the last dim, with switches for the classic mistakes."""
+            keep_max=True, broadcast=False) -> torch.Tensor:
+    """fp64 online softmax over blocks of the last dim, with switches for the classic mistakes.
+
+    broadcast: exp(block − m_new) without m_new[..., None], as torch broadcasts it (raises where torch would)."""
     m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
     l_ = torch.zeros(x.shape[:-1], dtype=x.dtype)
     for j in range(0, x.shape[-1], block):
         b = x[..., j:j + block]
         m_new = torch.maximum(m, b.amax(-1))
         alpha = torch.exp(m_new - m) if inverted else torch.exp(m - m_new)
-        l_ = (l_ * alpha if rescale else l_) + torch.exp(b - (m_new if exp_max == "new" else m)[..., None]).sum(-1)
+        against = m_new if exp_max == "new" else m
+        l_ = (l_ * alpha if rescale else l_) + torch.exp(b - (against if broadcast else against[..., None])).sum(-1)
         m = m_new if keep_max else m
     return torch.exp(x - m[..., None]) / l_[..., None]
 
@@ -169,10 +180,15 @@ def row_softmax_bugs(case: SoftmaxCase) -> list[BugModel]:
         bugs.append(BugModel(T("bug_wrong_axis"), T("bug_wrong_axis_why"), lambda: torch.softmax(x, dim=-2)))
     bugs.append(BugModel(T("bug_max_not_subtracted"), T("bug_max_not_subtracted_why"),
                          lambda: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)))
+    if x.dim() >= 2 and x.shape[-1] == x.shape[-2] > 1:  # only then does x − x.amax(-1) broadcast (wrongly)
+        def broadcast_max() -> torch.Tensor:
+            e = torch.exp(x - x.amax(-1))
+            return e / e.sum(-1, keepdim=True)
+        bugs.append(BugModel(T("bug_max_broadcast"), T("bug_max_broadcast_why"), broadcast_max))
     return bugs
 
 
-class SoftmaxExercise(Exercise):
+class SoftmaxExercise(diagnosis.QuietWhenExplained, Exercise):
     budget_s = 30.0
 
     def tolerance_for(self, case: Case) -> tuple[float, float]:
@@ -204,6 +220,7 @@ class SafeSoftmax(SoftmaxExercise):
             c(case_name("fp16_large_50"), (4, 100), f16, magnitude=50.0),
             c(case_name("neg_inf"), (6, 31), f32, neg_inf=True, tags={"neg-inf"}),
             c(case_name("fp64"), (3, 17), torch.float64),
+            c(case_name("square"), (16, 16), f32),
         ]
 
 
@@ -240,6 +257,9 @@ class OnlineSoftmax(SoftmaxExercise):
                      BugModel(T("bug_alpha_inverted"), T("bug_alpha_inverted_why"),
                               lambda: _online(x, bs, inverted=True))]
         bugs.append(BugModel(T("bug_max_not_kept"), T("bug_max_not_kept_why"), lambda: _online(x, bs, keep_max=False)))
+        if x.shape[-2] == min(bs, x.shape[-1]):  # a block as wide as x has rows: exp(block − m_new) broadcasts
+            bugs.append(BugModel(T("bug_max_broadcast"), T("bug_max_broadcast_why"),
+                                 lambda: _online(x, bs, broadcast=True)))
         return bugs
 
     def case_builders(self, env):
@@ -256,6 +276,7 @@ class OnlineSoftmax(SoftmaxExercise):
             s("online_ascending", (3, 256), f32, 32, ascending=True, tags={"multi-block"}),
             s("online_large", (4, 300), f32, 64, magnitude=1e4, tags={"multi-block"}),
             s("online_fp16", (4, 200), f16, 64, tags={"multi-block"}),
+            s("online_square", (32, 96), f32, 32, tags={"multi-block"}),
         ]
 
 

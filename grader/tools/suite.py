@@ -25,12 +25,11 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -38,9 +37,12 @@ import torch
 from .. import benchmarks as core
 from . import suite_backward
 from .suite_common import (  # noqa: F401 - re-exported: the suite's names, as before the split
+    BATCH,
     DTYPES,
+    HEADS,
     NAIVE_MEMORY_FRACTION,
     TIMING,
+    Plan,
     environment_info,
     memory_table,
     speed_tables,
@@ -49,9 +51,6 @@ from .suite_common import (  # noqa: F401 - re-exported: the suite's names, as b
 
 FULL_SIZES = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SIZES = (512, 1024)
-HEADS = 32
-#: batch per sequence length: enough work per call to be far above launch overhead, small enough to be quick
-BATCH = {512: 4, 1024: 4, 2048: 4, 4096: 4, 8192: 2, 16384: 1}
 
 COURSE = {  # provider name -> (exercise id, how it is called)
     "course: flash_attention_2d (loop over heads)": "flash_attention_2d",
@@ -68,26 +67,6 @@ class Provider:
     supports: Callable[[int, int, bool], bool] = lambda n, d, causal: True
     unavailable: str | None = None  # why it cannot run here
     kind: str = "course"
-
-
-@dataclass
-class Plan:
-    sizes: tuple[int, ...]
-    dims: tuple[int, ...]
-    dtypes: tuple[str, ...]
-    causal: tuple[bool, ...]
-    heads: int = HEADS
-    batch: dict = field(default_factory=lambda: dict(BATCH))
-
-    def configs(self):
-        for dt in self.dtypes:
-            for d in self.dims:
-                for c in self.causal:
-                    for n in self.sizes:
-                        yield dt, d, c, n
-
-    def batch_for(self, n: int) -> int:
-        return self.batch.get(n, max(1, 16384 // n))
 
 
 # --------------------------------------------------------------------------------------------- providers

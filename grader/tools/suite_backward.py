@@ -25,6 +25,15 @@ from collections.abc import Callable
 import torch
 
 from .. import benchmarks as core
+from .suite_common import (
+    DTYPES,
+    NAIVE_MEMORY_FRACTION,
+    TIMING,
+    environment_info,
+    memory_table,
+    speed_tables,
+    status_section,
+)
 
 BACKWARD, STEP = "backward", "step"
 COURSE_BACKWARD = "course: flash_attention_backward (09)"
@@ -111,8 +120,6 @@ def _reference_grads(q, k, v, do, causal, o=None, lse=None):
 
 def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadline=None, on_config=None,
             device="cuda") -> list[dict]:
-    from .suite import DTYPES, NAIVE_MEMORY_FRACTION
-
     forward, why = course_forward()
     rows = []
     total_memory = torch.cuda.get_device_properties(0).total_memory if device == "cuda" else 1 << 40
@@ -178,8 +185,6 @@ def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadl
 
 
 def markdown(info: dict, rows: list[dict], plan) -> str:
-    from .suite import TIMING, memory_table, speed_tables, status_section
-
     lines = ["# Attention backward and training step: the course's kernels against PyTorch", ""]
     lines.append(f"- GPU: **{info.get('gpu', '?')}** (compute capability {info.get('capability', '?')}, "
                  f"{info.get('sms', '?')} SMs), driver {info.get('driver', '?')}")
@@ -241,8 +246,6 @@ def check_only(plan) -> int:
                 ok, worst = False, f"{type(e).__name__}: {e}"
             failures += not ok
             print(f"  {p.name:<46} causal={int(causal)}  {'ok' if ok else 'FAIL'}  worst/tolerance {worst}")
-    from .suite import environment_info
-
     md = markdown(environment_info(), [], plan)
     assert md.startswith("# Attention backward")
     print("check-only (backward):", "passed" if not failures else f"{failures} failure(s)")

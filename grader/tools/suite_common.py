@@ -1,12 +1,13 @@
 """What both modes of the benchmark suite share (grader/tools/suite.py, the forward and the command line;
-grader/tools/suite_backward.py, `--backward`): the dtypes, the naive baseline's memory bound, the environment a
-report records and the markdown tables. Both import it; it imports neither.
+grader/tools/suite_backward.py, `--backward`): the sweep's plan and dtypes, the naive baseline's memory bound, the
+environment a report records and the markdown tables. Both import it; it imports neither.
 """
 
 from __future__ import annotations
 
 import platform
 import time
+from dataclasses import dataclass, field
 
 import torch
 
@@ -15,6 +16,29 @@ import torch
 TIMING = "the median of three `triton.testing.do_bench` medians"
 NAIVE_MEMORY_FRACTION = 0.35  # naive PyTorch materialises B·H·N² scores (~12 bytes each); skip above this
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+HEADS = 32
+#: batch per sequence length: enough work per call to be far above launch overhead, small enough to be quick
+BATCH = {512: 4, 1024: 4, 2048: 4, 4096: 4, 8192: 2, 16384: 1}
+
+
+@dataclass
+class Plan:
+    sizes: tuple[int, ...]
+    dims: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    causal: tuple[bool, ...]
+    heads: int = HEADS
+    batch: dict = field(default_factory=lambda: dict(BATCH))
+
+    def configs(self):
+        for dt in self.dtypes:
+            for d in self.dims:
+                for c in self.causal:
+                    for n in self.sizes:
+                        yield dt, d, c, n
+
+    def batch_for(self, n: int) -> int:
+        return self.batch.get(n, max(1, 16384 // n))
 
 
 # --------------------------------------------------------------------------------------------- reporting

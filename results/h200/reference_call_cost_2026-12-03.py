@@ -35,8 +35,8 @@ def main() -> None:
         providers = {
             "fast (looked up once)": lambda: fast(q, k, v, causal=causal),
             "fast (looked up per call)": lambda: grader.reference("flash_attention_fast")(q, k, v, causal=causal),
-            "SDPA cuDNN": lambda: sdpa_backend("CUDNN_ATTENTION")(q, k, v, is_causal=causal),
-            "SDPA FLASH": lambda: sdpa_backend("FLASH_ATTENTION")(q, k, v, is_causal=causal),
+            "SDPA cuDNN": lambda: sdpa_backend("CUDNN_ATTENTION")(q, k, v, causal=causal),
+            "SDPA FLASH": lambda: sdpa_backend("FLASH_ATTENTION")(q, k, v, causal=causal),
         }
         q64, k64, v64 = (t[:1].double() for t in (q, k, v))  # one batch row in fp64: the oracle
         ref = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=causal)
