@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from . import attempts, environment, exercises, messages, notebooks, progressbar, reports, safety, store
-from .exercises.base import Case, Exercise, fmt_dtype
 from .diagnosis import one_thread
+from .exercises.base import Case, Exercise, fmt_dtype
 from .messages import catalogue
 from .replaced import judging_failed
 from .results import CaseResult, CheckResult
