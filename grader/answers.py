@@ -104,7 +104,7 @@ def _pre(code: str) -> str:
         body = highlight(code, PythonLexer(), HtmlFormatter(nowrap=True, noclasses=True, nobackground=True))
     except ImportError:
         body = html.escape(code)
-    return ('<pre style="white-space: pre; overflow-x: auto; line-height: 1.3; font-size: 0.9em">'
+    return ('<pre style="white-space: pre; overflow-x: auto; line-height: 1.3; font-size: 0.9em">'  # not shown: CSS
             f"{body.rstrip()}</pre>")
 
 

@@ -115,10 +115,15 @@ def _stub_label(node: ast.AST) -> str | None:
     return None
 
 
-def graph(source: str) -> dict[str, tuple[set[str], list[tuple[int, str]]]]:
-    """Each top-level name of a (stubbed) source -> (the names its definition uses, its stubs as (line, label))."""
+def graph(source: str, last_wins: bool = False) -> dict[str, tuple[set[str], list[tuple[int, str]]]]:
+    """Each top-level name of a (stubbed) source -> (the names its definition uses, its stubs as (line, label)).
+
+    last_wins: a name defined again at module level replaces its earlier definition, as running the code would (a
+    submission's own vector_add after the template's); definitions inside if/try blocks (one per GPU) add up."""
     defs: dict[str, tuple[set[str], list[tuple[int, str]]]] = {}
-    for node in _statements(ast.parse(source).body):
+    body = ast.parse(source).body
+    module_level = {id(node) for node in body}
+    for node in _statements(body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names = [node.name]
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -137,6 +142,8 @@ def graph(source: str) -> dict[str, tuple[set[str], list[tuple[int, str]]]]:
             if label is not None:
                 stubs.append((n.lineno, label))
         for name in names:
+            if last_wins and id(node) in module_level:
+                defs.pop(name, None)
             entry = defs.setdefault(name, (set(), []))
             entry[0].update(uses)
             entry[1].extend(stubs)
@@ -330,7 +337,7 @@ def of_source(exercise, source: str) -> Attempt | None:
     runs nothing of it). None where the exercise's TODOs cannot be known or the code does not parse."""
     try:
         labels = todos(exercise)
-        present = set(reach(graph(source), exercise.function))
+        present = set(reach(graph(source, last_wins=True), exercise.function))
     except Exception:  # noqa: BLE001 - no solutions here, or code that does not parse: the cases alone decide
         return None
     if not labels:

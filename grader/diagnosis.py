@@ -38,23 +38,37 @@ if TYPE_CHECKING:
 class Finding(str):
     """A hint the diagnosis worked out for one case (a simulated mistake, a ragged last block, a batch/head offset),
     as opposed to the generic hints a judge adds to every wrong output (where it is wrong, what NaN usually means).
-    `bug`: it names a simulated mistake that accounts for the case's error."""
+
+    bug: it names the simulated mistake `name`, which accounts for the case's error. weak: ... on evidence that
+    many mistakes would give (an output non-finite everywhere, where the scores overflow exp unless the max is
+    subtracted): shown only where the same mistake is found on firm evidence in another case of the check
+    (reports settles that)."""
 
     bug: bool = False
+    weak: bool = False
+    name: str = ""
 
-    def __new__(cls, text: str, bug: bool = False) -> Finding:
+    def __new__(cls, text: str, bug: bool = False, weak: bool = False, name: str = "") -> Finding:
         self = super().__new__(cls, text)
-        self.bug = bug
+        self.bug, self.weak, self.name = bug and not weak, weak, name
         return self
+
+
+class Generic(str):
+    """A judge's hint that fits many mistakes (where the output is wrong, what NaN usually means): left out next to a
+    finding that explains the case."""
+
+    generic = True
 
 
 def explained(hints: list[str]) -> list[str]:
     """One case's hints as shown: next to a simulated mistake that accounts for the error, only what the diagnosis
     found (a "where" line or "exp overflowed ... subtract the max" beside "looks like: <the mistake>" is noise, and
-    points the wrong way when the learner did subtract the max)."""
+    points the wrong way when the learner did subtract the max). Otherwise the hints that are not findings are
+    marked Generic, for the report to settle against the other cases."""
     if any(isinstance(h, Finding) and h.bug for h in hints):
         return [h for h in hints if isinstance(h, Finding)]
-    return hints
+    return [h if isinstance(h, Finding) else Generic(h) for h in hints]
 
 
 class QuietWhenExplained:
@@ -196,23 +210,27 @@ SPREAD_SLACK = 0.05
 
 
 def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: Sequence[BugModel],
-               tol: tuple[float, float] | None = None) -> list[str]:
+               tol: tuple[float, float] | None = None, overflow_prone: bool = False) -> list[str]:
     """The bugs whose simulation agrees with the output wherever the output disagrees with the right answer, and
     accounts for most of its error there (a simulation near the right answer "agrees" with any small error).
 
     (A kernel's bug need not show everywhere its fp64 simulation does: a causal off-by-one is invisible in rows
     whose extra key lies past the loop's end, say. Those elements are simply right.)
+
+    overflow_prone: the case's scores are large enough to overflow exp unless the max is subtracted; an output
+    that is non-finite everywhere is then weak evidence for any mistake that also overflows (Finding.weak).
     """
     with one_thread():
-        return _match_bugs(out, ref, dtype, bugs, tol)
+        return _match_bugs(out, ref, dtype, bugs, tol, overflow_prone)
 
 
 def _match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: Sequence[BugModel],
-                tol: tuple[float, float] | None) -> list[str]:
+                tol: tuple[float, float] | None, overflow_prone: bool) -> list[str]:
     wrong = ~close(out, ref, dtype, tol=tol)
     if not bool(wrong.any()):
         return []
     out64, ref64 = out.detach().to(torch.float64).cpu(), ref.to(torch.float64).cpu()
+    weak = overflow_prone and not bool(torch.isfinite(out64).any())
     scored: list[tuple[float, int, BugModel]] = []  # (ratio, elements the simulation spoils that the output has right)
     for bug in bugs:
         try:
@@ -255,7 +273,8 @@ def _match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: 
     for e, b in near:
         if e <= allowed:
             first.setdefault(str(b.name), b)
-    return [Finding(T("looks_like", name=b.name, why=b.why), bug=True) for b in first.values()]
+    return [Finding(T("looks_like", name=b.name, why=b.why), bug=True, weak=weak, name=str(b.name))
+            for b in first.values()]
 
 
 def batch_head_hint(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> str | None:

@@ -159,11 +159,25 @@ def _problem_groups(r: CheckResult) -> list[tuple[str, list[str], list[CaseResul
                   key=lambda g: g[0] == "PASS")
 
 
+def _settled(r: CheckResult) -> list[list[str]]:
+    """Each case's hints as shown. A weak finding (grader.diagnosis.Finding: "looks like" on evidence many
+    mistakes give) is shown only where another case names the same mistake on firm evidence, and then without the
+    case's generic hints beside it; elsewhere it is left out, and the generic hints say what they can."""
+    firm = {h.name for c in r.cases for h in c.hints if getattr(h, "bug", False)}
+    shown = []
+    for c in r.cases:
+        weak = [h for h in c.hints if getattr(h, "weak", False)]
+        backed = [h for h in weak if h.name in firm]
+        shown.append([h for h in c.hints if (h in backed if getattr(h, "weak", False)
+                                             else not (backed and getattr(h, "generic", False)))])
+    return shown
+
+
 def _hints(r: CheckResult) -> list[tuple[str, list[int]]]:
     """Each distinct hint once, with the cases it came from (none for hints about the whole run)."""
     by_hint: dict[str, list[int]] = {}
-    for c in r.cases:
-        for h in dict.fromkeys(str(h) for h in c.hints):  # a hint may be a messages.Text
+    for c, hints in zip(r.cases, _settled(r)):
+        for h in dict.fromkeys(str(h) for h in hints):  # a hint may be a messages.Text
             by_hint.setdefault(h, []).append(c.index)
     for h in r.hints:
         by_hint.setdefault(str(h), [])

@@ -195,7 +195,6 @@ def test_a_kernel_reached_through_a_launch_counts():
     assert notebooks.unfinished_todos(notebooks.solution_module("10_inference").flash_decode_paged) == []
 
 
-@pytest.mark.skipif(os.environ.get("FA_COURSE_SKIP_NBCLIENT") == "1", reason="FA_COURSE_SKIP_NBCLIENT=1")
 def test_notebook_11_as_a_learner_gets_it_raises_only_in_its_todo_cells(tmp_path):
     """Run the learner's notebook 11 (the simulator: seconds) through nbclient: every cell that raises is one with a
     stub of its own, and every demo said that it ran the reference."""

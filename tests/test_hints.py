@@ -55,3 +55,20 @@ def test_the_diagnosis_runs_on_one_thread_and_gives_the_threads_back():
     bug = BugModel("name", "why", lambda: (seen.append(torch.get_num_threads()), torch.ones(4))[1])
     diagnosis.match_bugs(torch.zeros(4), torch.full((4,), 2.0), torch.float32, [bug])
     assert seen == [1] and torch.get_num_threads() == before
+
+
+def test_a_weak_finding_is_shown_only_where_another_case_backs_it():
+    from grader.results import CaseResult, CheckResult
+
+    def case(i, hints):
+        return CaseResult(i, f"case {i}", "", "float32", "FAIL", hints=hints)
+    firm = diagnosis.Finding("looks like: exponentials against the old max — first", bug=True, name="old max")
+    weak = diagnosis.Finding("looks like: exponentials against the old max — per block", bug=True, weak=True,
+                             name="old max")
+    stray = diagnosis.Finding("looks like: max broadcast along the wrong axis — ...", bug=True, weak=True,
+                              name="max broadcast")
+    overflow = diagnosis.Generic("exp overflowed: ... subtract the (running) max before exponentiating")
+    text = str(CheckResult("x", "x", "here", 1, [case(1, [firm]), case(2, [overflow, weak])]))
+    assert "per block" in text and "exp overflowed" not in text, text  # backed: the generic hint gives way
+    text = str(CheckResult("x", "x", "here", 1, [case(1, [overflow, weak, stray])]))
+    assert "looks like" not in text and "exp overflowed" in text, text  # unbacked: only what the overflow says

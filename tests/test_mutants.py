@@ -29,7 +29,8 @@ FA2D = [
     ("s = tl.dot(q, tl.trans(k)) * sm_scale", "s = tl.dot(q, tl.trans(k))", "scale missing"),
     ("s = tl.dot(q, tl.trans(k)) * sm_scale", "s = tl.dot(q, tl.trans(k)) * sm_scale * sm_scale",
      "scale applied twice"),
-    ("m_new = tl.maximum(m_i, tl.max(s, axis=1))", "m_new = m_i * 0.0", "subtract the"),
+    # the max never subtracted (m_new = 0: not m_i * 0.0, which is NaN for m_i = -inf): only the large scores overflow
+    ("m_new = tl.maximum(m_i, tl.max(s, axis=1))", "m_new = tl.zeros_like(m_i)", "subtract the"),
 ]
 
 

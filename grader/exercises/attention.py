@@ -634,8 +634,8 @@ class AttentionExercise(diagnosis.QuietWhenExplained, Exercise):
         return (T("axis_batch"), T("axis_head"), T("axis_query_rows"), T("axis_head_dim_columns"))
 
     def nonfinite_hint(self, case: AttentionCase) -> str:
-        if "bottom-right" in case.tags and case.n_q > case.n_k:
-            return T("nonfinite_empty_rows")
+        if "bottom-right" in case.tags and case.n_q > case.n_k:  # the case's own cause of NaN: kept beside findings
+            return diagnosis.Finding(T("nonfinite_empty_rows"))
         return overflow_hint(case) if "large" in case.tags else super().nonfinite_hint(case)
 
     def diagnose(self, out64, case: AttentionCase, wrong) -> list[str]:
@@ -645,7 +645,8 @@ class AttentionExercise(diagnosis.QuietWhenExplained, Exercise):
             hints.append(rows)
         if getattr(case, "simulated", None) is None:  # (a chapter's own case type may lack the field)
             case.simulated = diagnosis.memoized([b for family in self.bug_families for b in family(case)])
-        hints += diagnosis.match_bugs(out64, case.expected, case.dtype, case.simulated)
+        hints += diagnosis.match_bugs(out64, case.expected, case.dtype, case.simulated,
+                                      overflow_prone="large" in case.tags)
         bh = diagnosis.batch_head_hint(out64, case.expected, case.dtype)
         if bh:
             hints.append(bh)

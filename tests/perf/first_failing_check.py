@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -92,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[int, list[dict]] = {i: [] for i in chosen}
     for _ in range(args.repeat):  # round-robin, so that a busy minute of the shared machine spreads over all
         for i in chosen:
-            out = subprocess.run([sys.executable, __file__, "--child", str(i)], capture_output=True, text=True)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")])}
+            out = subprocess.run([sys.executable, __file__, "--child", str(i)], capture_output=True, text=True,
+                                 env=env, cwd=TESTS.parent)
             if out.returncode:
                 sys.exit(f"{MISTAKES[i][0]}: the measuring process failed\n{out.stderr}")
             runs[i].append(json.loads(out.stdout.strip().splitlines()[-1]))
