@@ -4,7 +4,8 @@
     env = grader.setup()                          # first cell of every notebook
     grader.check("naive_attention", naive_attention)   # grade your function, print a report
     grader.benchmark("flash_attention", flash_attention)  # time it against the reference and PyTorch (GPU)
-    grader.progress()                             # which exercises pass
+    grader.hint("flash_attention_2d")             # the next hint, in steps, when you are stuck (hint(id, todo=3))
+    grader.progress()                             # which exercises pass (and how many hints you took)
     grader.reference("flash_attention")           # the instructor's implementation (to call, not to read)
     grader.solution("flash_attention")            # the reference answer explained, once you have attempted it
     grader.load_notebook("06_flash_attention")    # functions from the export cells of another notebook
@@ -24,11 +25,14 @@ if TYPE_CHECKING:
     from .checking import check
     from .environment import Environment
     from .exercises import EXERCISES
-    from .notebooks import load_notebook, reference, yours_or_reference
+    from .hints import hint
+    from .notebooks import load_notebook
+    from .references import reference, yours_or_reference
     from .results import CheckResult
     from .tolerances import TOLERANCES
 
-__all__ = ["setup", "check", "benchmark", "progress", "reference", "solution", "load_notebook", "yours_or_reference",
+__all__ = ["setup", "check", "hint", "benchmark", "progress", "reference", "solution", "load_notebook",
+           "yours_or_reference",
            "EXERCISES", "Environment", "CheckResult", "TOLERANCES"]
 __version__ = "0.1.0"
 
@@ -39,8 +43,8 @@ _T = catalogue("grader", {
 
 # Imported on first use, so that torch-free tools (python -m grader.tools.build) run without torch installed.
 _LAZY = {"benchmark": "benchmarks", "check": "checking", "CheckResult": "results", "Environment": "environment",
-         "EXERCISES": "exercises", "load_notebook": "notebooks", "reference": "notebooks",
-         "TOLERANCES": "tolerances", "solution": "answers", "yours_or_reference": "notebooks"}
+         "EXERCISES": "exercises", "hint": "hints", "load_notebook": "notebooks", "reference": "references",
+         "TOLERANCES": "tolerances", "solution": "answers", "yours_or_reference": "references"}
 
 
 def __getattr__(name: str):

@@ -24,14 +24,11 @@ import textwrap
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import notebooks
 from .messages import catalogue
+from .outcome import FAILING, NOT_ATTEMPTED, PASSED, status  # noqa: F401 - grade and store ask attempts
 from .todo_labels import todo_label
-
-if TYPE_CHECKING:
-    from .results import CheckResult
 
 T = catalogue("attempts", {
     "other_exercise": ("stops at {todo}, a TODO of exercise {owner} (notebook {notebook}), not of {exercise}: "
@@ -47,8 +44,6 @@ T = catalogue("attempts", {
 #: solution region label -> the exercise whose section teaches it, where that is not the first exercise whose
 #: function reaches it: the paged lookup sits in the decode kernel that flash_decode launches too (PAGED=False)
 TAUGHT_WITH = {"TODO: page lookup": "flash_decode_paged"}  # not shown: a stub label (a key)
-
-NOT_ATTEMPTED, FAILING, PASSED = "not attempted", "failing", "passed"
 
 
 @dataclass
@@ -79,17 +74,6 @@ class Attempt:
                 return T("stop_at_other", todo=todo_label(self.stop), owner=self.owner)
             return T("stop_at", todo=todo_label(self.stop))
         return T("first_left", todo=todo_label(self.left[0])) if self.left else ""
-
-
-def status(r: CheckResult) -> str:
-    """"passed", "failing" or "not attempted": the one place that decides (reports, progress, grader.solution)."""
-    if r.passed:
-        return PASSED
-    a = getattr(r, "attempt", None)
-    if a is not None:
-        return FAILING if a.started else NOT_ATTEMPTED
-    # Nothing known of the code (batch grading's parent, no solutions to compare with): the cases tell.
-    return NOT_ATTEMPTED if r.cases and all(c.status == "NOT ATTEMPTED" for c in r.cases) else FAILING
 
 
 # ------------------------------------------------------------------------------ the exercise's TODOs (solutions)

@@ -206,7 +206,7 @@ _COURSE: dict[str, Callable[..., Any]] = {}
 
 def _course(exercise_id: str) -> Callable[..., Any]:
     """A reference solution as a baseline, loaded once (a load per timed call would time the load)."""
-    from .notebooks import reference
+    from .references import reference
 
     if exercise_id not in _COURSE:
         _COURSE[exercise_id] = reference(exercise_id)
@@ -302,7 +302,7 @@ SPECS: dict[str, BenchSpec] = {
 
 def _backward_inputs(B, H, D, n, dtype, device, causal) -> Inputs:
     """q, k, v, do and the o, lse of notebook 09's reference forward, for fn(q, k, v, o, lse, do, causal=...)."""
-    from .notebooks import reference
+    from .references import reference
 
     q, k, v, do = (torch.randn(B, H, n, D, dtype=dtype, device=device) for _ in range(4))
     o, lse = reference("flash_attention_forward")(q, k, v, causal=causal)
@@ -413,7 +413,7 @@ def benchmark(exercise_id: str, fn: Callable, *, sizes=None, dtype: torch.dtype 
               causal: bool = False, show: bool = True) -> BenchmarkResult | None:
     """Time fn against the reference solution and baselines over a sweep of sizes; plot it on a GPU."""
     from .exercises import get
-    from .notebooks import reference
+    from .references import reference
 
     env = environment.detect()
     ex = get(exercise_id)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from . import attempts, environment, exercises, messages, notebooks, progressbar, reports, safety, store
+from . import attempts, environment, exercises, hints, messages, notebooks, progressbar, reports, safety, store
 from .diagnosis import one_thread
 from .exercises.base import Case, Exercise, fmt_dtype
 from .messages import catalogue
@@ -123,7 +123,7 @@ def _budget(ref_s: float | None, ex: Exercise, env) -> float:
 
 def _load_reference(ex: Exercise) -> Callable | None:
     try:
-        return notebooks.reference(ex.id)
+        return notebooks.reference_of(ex)
     except Exception:  # noqa: BLE001 - without the solutions the budgets fall back to the exercise's default
         return None
 
@@ -323,6 +323,9 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
         run_cases(ex, env, seed, in_process(fn), result, reference=reference, timeout=timeout,
                   progress=progressbar.for_check(ex.id, quiet))
         attempts.settle(result.attempt, ex, [c.todo for c in result.cases if c.todo])
+        stuck = None if result.passed else hints.pointer(ex, result.attempt)
+        if stuck:
+            result.hints.append(stuck)
         speed_cases, speed_notes = ex.speed_cases(env, fn, seed, result.passed)
         for i, c in enumerate(speed_cases, len(result.cases) + 1):
             c.index = i

@@ -72,6 +72,13 @@ CALIBRATION_SEEDS = Variable("FA_COURSE_CALIBRATION_SEEDS", "random seeds per ex
 CALIBRATION_OUT = Variable("FA_COURSE_CALIBRATION_OUT", "JSON-lines file where tests/test_tolerances.py records the "
                            "worst fraction of each tolerance used", "unset: nothing is recorded")
 
+
+def progress_path() -> Path:
+    """The progress file (FA_COURSE_PROGRESS, else ~/.flash_attention_course/progress.json); the course's per-user
+    folder is the folder it sits in."""
+    return PROGRESS.path() or Path.home() / ".flash_attention_course" / "progress.json"
+
+
 VARIABLES: dict[str, Variable] = {v.name: v for v in (
     REPO, LANG, CLONE_TIMEOUT, PROGRESS, SOLUTIONS, STATIC_VISUALS, BENCH_QUICK,
     SKIP_BROWSER, CHROMIUM, SCREENSHOTS, CALIBRATION_SEEDS, CALIBRATION_OUT)}

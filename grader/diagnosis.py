@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -31,8 +31,14 @@ T = catalogue("diagnosis", {
                     "(batch, head) 切片 {slices} 是错的，而 (0, 0) 是对的：检查 batch/head 的偏移"),
 })
 
-if TYPE_CHECKING:
-    from .exercises.base import BugModel
+
+@dataclasses.dataclass(frozen=True)
+class BugModel:
+    """A classic mistake, simulated in fp64 on the case's inputs: 'looks like: name — why'."""
+
+    name: str
+    why: str
+    simulate: Callable[[], torch.Tensor]
 
 
 class Finding(str):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .device import driver_version, interpreter_requested, shared_memory_limit, use_interpreter
-from .messages import Text, catalogue, join
+from .messages import Text, catalogue, join, ljust, width
 
 T = catalogue("environment", {
     "interpreter_label": ("Triton interpreter on the CPU (timings meaningless)",
@@ -72,8 +72,6 @@ class Environment:
         return f"{self.gpu_name} (sm_{self.capability[0]}{self.capability[1]})"
 
     def table(self) -> str:
-        from .reports import ljust, width
-
         rows = [
             (T("mode"), T("mode_gpu") if not self.interpreter else T("mode_interpreter")),
             (T("device"), self.gpu_name or "cpu"),

@@ -16,7 +16,8 @@ cases. The oracle, the comparison and the verdict run here, in the parent, on wh
 
 Writes DIR/grades.csv (student × exercise), DIR/summary.csv (one row per student), DIR/feedback/<student>.html
 (the reports a learner sees), DIR/grade.log, and DIR/work/<submission>/output.log (what the submission printed).
-The same seed gives the same grades.
+The same seed gives the same grades. `hints` counts the hint steps (grader.hint) whose output the submission
+still shows: a learner who clears the outputs clears them too, so it is what the learner kept, not a record.
 """
 
 from __future__ import annotations
@@ -36,15 +37,15 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from . import attempts, checking, device, environment, exercises, messages, notebooks, reports
+from . import attempts, checking, device, environment, exercises, hints, messages, notebooks, reports
 from .results import CaseResult, CheckResult
 from .sandbox import Child, Limits
 
 DEFAULT_SEED = 20261201
-GRADES_FIELDS = ["student", "file", "notebook", "exercise", "passed", "cases_passed", "cases_total", "seconds",
-                 "reason"]
+GRADES_FIELDS = ["student", "file", "notebook", "exercise", "passed", "cases_passed", "cases_total", "hints",
+                 "seconds", "reason"]
 SUMMARY_FIELDS = ["student", "notebooks", "exercises_passed", "exercises_total", "cases_passed", "cases_total",
-                  "seconds", "failed"]
+                  "hints", "seconds", "failed"]
 _COURSE_NOTEBOOK = re.compile(r"^\d\d_[A-Za-z0-9_]+$")
 
 
@@ -61,6 +62,8 @@ class Graded:
     rows: list[dict] = field(default_factory=list)
     results: list[CheckResult] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    #: exercise -> hint steps the submission's saved outputs show (grader.hints.taken_in_notebook)
+    hints: dict[str, int] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------- submissions
@@ -143,14 +146,16 @@ def _reason(r: CheckResult) -> str:
 def _plain_row(g: Graded, exercise: str, reason: str) -> dict:
     """A row without cases: the submission could not be graded (that far)."""
     return {"student": g.submission.student, "file": str(g.submission.path), "notebook": g.notebook,
-            "exercise": exercise, "passed": 0, "cases_passed": 0, "cases_total": 0, "seconds": "0.00",
+            "exercise": exercise, "passed": 0, "cases_passed": 0, "cases_total": 0,
+            "hints": g.hints.get(exercise, 0), "seconds": "0.00",
             "reason": reason}
 
 
 def _row(g: Graded, r: CheckResult) -> dict:
     return {"student": g.submission.student, "file": str(g.submission.path), "notebook": g.notebook,
             "exercise": r.exercise, "passed": int(r.passed), "cases_passed": r.n_passed, "cases_total": len(r.cases),
-            "seconds": f"{sum(c.seconds for c in r.cases):.2f}", "reason": _reason(r)}
+            "hints": g.hints.get(r.exercise, 0), "seconds": f"{sum(c.seconds for c in r.cases):.2f}",
+            "reason": _reason(r)}
 
 
 class Grader:
@@ -215,6 +220,7 @@ class Grader:
             g.rows.append(_plain_row(g, "", f"not a valid notebook: {type(e).__name__}: {str(e)[:120]}"))
             g.log.append(f"{sub.path}: not a valid notebook ({e})")
             return g
+        g.hints = hints.taken_in_notebook(nb)
         source = notebooks.export_cells(nb, sub.path.name)
         name = self.args.notebook or which_notebook(nb, sub.path)
         if not source.strip():
@@ -283,6 +289,7 @@ def _summary(graded: list[Graded]) -> list[dict]:
                      "exercises_passed": sum(r["passed"] for r in ex_rows), "exercises_total": len(ex_rows),
                      "cases_passed": sum(r["cases_passed"] for r in ex_rows),
                      "cases_total": sum(r["cases_total"] for r in ex_rows),
+                     "hints": sum(r["hints"] for r in ex_rows),
                      "seconds": f"{sum(float(r['seconds']) for g in gs for r in g.rows):.1f}",
                      "failed": " ".join(r["exercise"] or "(submission)" for g in gs for r in g.rows
                                         if not r["passed"])})

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from collections.abc import Callable, Iterable
 
 from . import config
@@ -191,3 +192,14 @@ def case_label(name: str) -> str:
             values["base"] = case_label(values["base"])
             return zh.format(**values)
     return name
+
+
+# ---- text layout: Chinese text lines up with English in a terminal's columns
+def width(text: str) -> int:
+    """How many terminal columns `text` takes: East Asian wide characters take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def ljust(text: str, n: int) -> str:
+    """str.ljust by terminal columns (Chinese text lines up with English)."""
+    return text + " " * max(n - width(text), 0)

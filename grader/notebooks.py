@@ -22,10 +22,14 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from . import config
 from .messages import catalogue, join
 from .todo_labels import todo_label
+
+if TYPE_CHECKING:
+    from .exercises.base import Exercise
 
 T = catalogue("notebooks", {
     "no_export_cells": ("{path} has no cells tagged '{tag}'", "{path} 里没有打了 '{tag}' 标签的单元格"),
@@ -168,9 +172,7 @@ def _todo_labels(source: str) -> list[str]:
 
 def kept_dir() -> Path:
     """Where passing code is kept for later notebooks: beside the progress file, in the course's per-user folder."""
-    from . import store
-
-    return store.path().parent / "kept"
+    return config.progress_path().parent / "kept"
 
 
 def find_notebook(name: str, folder: Path | None = None) -> Path:
@@ -408,14 +410,14 @@ def solution_module(notebook: str) -> ModuleType:
     raise FileNotFoundError(T("no_solution", notebook=notebook, path=path, tail=tail))
 
 
-def reference(exercise_id: str):
-    """The instructor's implementation of an exercise, loaded from its solution notebook."""
-    from .exercises import get
+def reference_of(ex: Exercise) -> Callable:
+    """The instructor's implementation of an exercise, loaded from its solution notebook (grader.reference(id),
+    in grader.references, looks the exercise up by id)."""
     from .safety import in_learner_call
 
     if in_learner_call():
         raise RuntimeError(T("reference_in_call"))
-    ex = get(exercise_id)
+    exercise_id = ex.id
     module = solution_module(ex.notebook)
     try:
         fn = getattr(module, ex.function)
@@ -506,16 +508,13 @@ def _closure_values(fn: types.FunctionType) -> list:
     return values
 
 
-def yours_or_reference(exercise_id: str, fn: Callable) -> Callable:
+def yours_or_reference_of(ex: Exercise, fn: Callable) -> Callable:
     """For a demo that uses an exercise: fn, your function, once it reaches no TODO stub; the reference
     implementation while it does (so that a demo never stops at an earlier exercise's TODO). Says which it is."""
-    from .exercises import get
-
-    ex = get(exercise_id)
     todos = unfinished_todos(fn)
     if not todos:
         print(T("demo_yours", function=ex.function, exercise=ex.id))
         return fn
     shown = join([todo_label(t) for t in todos[:3]] + (["..."] if len(todos) > 3 else []))
     print(T("demo_reference", function=ex.function, exercise=ex.id, todos=shown))
-    return reference(exercise_id)
+    return reference_of(ex)

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import functools
 import sys
-import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import attempts, messages
-from .messages import catalogue
-
-if TYPE_CHECKING:
-    from .results import CaseResult, CheckResult
+from . import messages, outcome
+from .messages import catalogue, ljust, width
+from .outcome import CaseResult, Outcome
 
 T = catalogue("reports", {
     "mark_pass": ("PASS", "通过"),
@@ -79,23 +76,13 @@ def speaking(lang: str | None) -> Iterator[None]:
         messages.set_language(before)
 
 
-def _in_its_language(render: Callable[[CheckResult], str]) -> Callable[[CheckResult], str]:
+def _in_its_language(render: Callable[[Outcome], str]) -> Callable[[Outcome], str]:
     """A report is written in the language of its result (the one in force when grader.check ran)."""
     @functools.wraps(render)
-    def wrapper(r: CheckResult) -> str:
+    def wrapper(r: Outcome) -> str:
         with speaking(getattr(r, "lang", None)):
             return render(r)
     return wrapper
-
-
-def width(text: str) -> int:
-    """How many terminal columns `text` takes: East Asian wide characters take two."""
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def ljust(text: str, n: int) -> str:
-    """str.ljust by terminal columns (Chinese text lines up with English)."""
-    return text + " " * max(n - width(text), 0)
 
 
 def mark(status: str) -> str:
@@ -149,7 +136,7 @@ def _cases(ns: list[int]) -> str:
     return T("case_one", n=ns[0]) if len(ns) == 1 else T("case_many", ns=indices(ns))
 
 
-def _problem_groups(r: CheckResult) -> list[tuple[str, list[str], list[CaseResult]]]:
+def _problem_groups(r: Outcome) -> list[tuple[str, list[str], list[CaseResult]]]:
     """Cases that fail for the same reasons, adjacent or not, as (status, problems, cases), first failure first."""
     groups: dict[tuple, list[CaseResult]] = {}
     for c in r.cases:
@@ -159,7 +146,7 @@ def _problem_groups(r: CheckResult) -> list[tuple[str, list[str], list[CaseResul
                   key=lambda g: g[0] == "PASS")
 
 
-def _settled(r: CheckResult) -> list[list[str]]:
+def _settled(r: Outcome) -> list[list[str]]:
     """Each case's hints as shown. A weak finding (grader.diagnosis.Finding: "looks like" on evidence many
     mistakes give) is shown only where another case names the same mistake on firm evidence, and then without the
     case's generic hints beside it; elsewhere it is left out, and the generic hints say what they can."""
@@ -173,7 +160,7 @@ def _settled(r: CheckResult) -> list[list[str]]:
     return shown
 
 
-def _hints(r: CheckResult) -> list[tuple[str, list[int]]]:
+def _hints(r: Outcome) -> list[tuple[str, list[int]]]:
     """Each distinct hint once, with the cases it came from (none for hints about the whole run)."""
     by_hint: dict[str, list[int]] = {}
     for c, hints in zip(r.cases, _settled(r)):
@@ -188,13 +175,13 @@ def _hint_label(ns: list[int]) -> str:
     return T("hint_of", cases=_cases(ns)) if ns else T("hint")
 
 
-def _header(r: CheckResult) -> list[str]:
+def _header(r: Outcome) -> list[str]:
     return [f"{r.exercise} — {r.title}", T("graded_on", environment=r.environment, seed=r.seed, n=len(r.cases)),
             *(str(n) for n in r.notes)]
 
 
 @_in_its_language
-def format_check(r: CheckResult) -> str:
+def format_check(r: Outcome) -> str:
     # The name goes last, whole and unpadded, so that one long name does not stretch the other columns.
     keep = _shown_columns(r.cases)
     rows = [[row[i] for i in keep] for row in (headings(), *(_row(c) for c in r.cases))]
@@ -221,26 +208,26 @@ def format_check(r: CheckResult) -> str:
     return "\n".join(lines)
 
 
-def _overall(r: CheckResult) -> str:
-    """PASS, FAIL or NOT ATTEMPTED (grader.attempts.status decides; a partial attempt whose cases only stop at
+def _overall(r: Outcome) -> str:
+    """PASS, FAIL or NOT ATTEMPTED (grader.outcome.status decides; a partial attempt whose cases only stop at
     TODOs shows in the TODO colour)."""
-    status = attempts.status(r)
-    if status == attempts.PASSED:
+    status = outcome.status(r)
+    if status == outcome.PASSED:
         return "PASS"
-    if status == attempts.NOT_ATTEMPTED or not any(c.status == "FAIL" for c in r.cases):
+    if status == outcome.NOT_ATTEMPTED or not any(c.status == "FAIL" for c in r.cases):
         return "NOT ATTEMPTED"
     return "FAIL"
 
 
-def _verdict_parts(r: CheckResult) -> tuple[str, str]:
+def _verdict_parts(r: Outcome) -> tuple[str, str]:
     """The verdict's first word (PASSED, FAILED, NOT FINISHED YET, NOT ATTEMPTED YET) and the rest of its line."""
     n, total = r.n_passed, len(r.cases)
     todo = sum(c.status == "NOT ATTEMPTED" for c in r.cases)
     a = getattr(r, "attempt", None)
-    status = attempts.status(r)
-    if status == attempts.PASSED:
+    status = outcome.status(r)
+    if status == outcome.PASSED:
         return T("passed_word"), T("passed_rest", total=total)
-    if status == attempts.NOT_ATTEMPTED:
+    if status == outcome.NOT_ATTEMPTED:
         if a is None:
             return T("todo_word"), T("todo_rest", exercise=r.exercise)
         key = "todo_none_one" if len(a.todos) == 1 else "todo_none"
@@ -255,7 +242,7 @@ def _verdict_parts(r: CheckResult) -> tuple[str, str]:
     return T("failed_word"), T("failed_rest", n=n, total=total, extra=extra, seed=r.seed)
 
 
-def _verdict(r: CheckResult) -> str:
+def _verdict(r: Outcome) -> str:
     word, rest = _verdict_parts(r)
     return T("labelled", label=word, text=rest)
 
@@ -279,7 +266,7 @@ def _table_html(cases: list[CaseResult], keep: list[int], problems: bool = False
 
 
 @_in_its_language
-def format_html(r: CheckResult) -> str:
+def format_html(r: Outcome) -> str:
     """Header, verdict, what to look at (the hints, each once), the failing cases with what is wrong, then the
     passing ones folded away."""
     word, rest = _verdict_parts(r)
@@ -329,14 +316,14 @@ def emit(text: str, html: str) -> bool:
     return True
 
 
-def show(r: CheckResult) -> None:
+def show(r: Outcome) -> None:
     """Show the report; under IPython, remember the cell so that the result as the cell's value shows nothing more."""
     if emit(format_check(r), format_html(r)):
         r.shown_in = _shell().execution_count
 
 
-def display_once(r: CheckResult) -> None:
-    """IPython's display of a result (CheckResult._ipython_display_): nothing if this cell already showed it."""
+def display_once(r: Outcome) -> None:
+    """IPython's display of a result (results.CheckResult._ipython_display_): nothing if this cell already showed it."""
     shell = _shell()
     if shell is None or r.shown_in != shell.execution_count:
         show(r)

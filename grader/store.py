@@ -28,6 +28,7 @@ T = catalogue("store", {
     "col_notebook": ("notebook", "notebook"),
     "col_status": ("status (best run)", "状态（最好的一次）"),
     "col_last": ("last run", "最近一次运行"),
+    "col_hints": ("hints", "提示"),
     "not_run": ("not run", "还没运行过"),
     "passed": ("passed {best}", "已通过 {best}"),
     "not_passed": ("not passed yet (best: {best})", "尚未通过（最好成绩：{best}）"),
@@ -48,8 +49,7 @@ _STATUS = {"passed": "status_passed", "failing": "status_failing", "not attempte
 
 
 def path() -> Path:
-    custom = config.PROGRESS.path()
-    return custom if custom else Path.home() / ".flash_attention_course" / "progress.json"
+    return config.progress_path()
 
 
 def load() -> dict:
@@ -66,7 +66,7 @@ def _run(n: int, total: int, status: str | None, when: str, where: str) -> dict:
 
 def entry(raw: object) -> dict | None:
     """An exercise's entry in the current form ({"passed", "best", "last"}) from a file of any age; None: unusable."""
-    if not isinstance(raw, dict):
+    if not isinstance(raw, dict) or "last" not in raw:  # e.g. only hints taken, no check run yet
         return None
     if isinstance(raw.get("last"), dict):
         last = raw["last"]
@@ -85,7 +85,7 @@ def entry(raw: object) -> dict | None:
 
 
 def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: str, n_todo: int = 0,
-           status: str | None = None) -> None:
+           status: str | None = None, stop: str | None = None) -> None:
     """Store one run. status: "passed", "failing" or "not attempted" (grader.attempts.status decides it for a
     check); without it, n_todo: how many cases stopped at a TODO (all of them: "not attempted")."""
     if status is None:
@@ -100,8 +100,14 @@ def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: s
         if old["passed"] or kept.get("n", 0) > n_passed or untouched:
             best = kept
     attempted = status != "not attempted" or bool(old and old["attempted"])  # grader.solution opens after one
+    if stop is not None:
+        run["stop"] = stop
     data[exercise_id] = {"passed": passed or bool(old and old["passed"]), "attempted": attempted, "best": best,
-                         "last": run}
+                         "last": run, "hints": hints_taken(exercise_id, data)}
+    _save(data)
+
+
+def _save(data: dict) -> None:
     try:
         path().parent.mkdir(parents=True, exist_ok=True)
         tmp = path().with_suffix(".tmp")
@@ -112,8 +118,39 @@ def record(exercise_id: str, passed: bool, n_passed: int, n_total: int, where: s
 
 
 def record_check(r: CheckResult) -> None:
-    """Store the run a CheckResult describes (where: the environment it was graded on)."""
-    record(r.exercise, r.passed, r.n_passed, len(r.cases), r.environment, status=attempts.status(r))
+    """Store the run a CheckResult describes (where: the environment it was graded on), with the TODO its cases
+    stopped at first (grader.hint's default TODO)."""
+    a = getattr(r, "attempt", None)
+    stop = None if a is None or r.passed else a.stop or (a.left[0] if a.left else None)
+    record(r.exercise, r.passed, r.n_passed, len(r.cases), r.environment, status=attempts.status(r), stop=stop)
+
+
+def hints_taken(exercise_id: str, data: dict | None = None) -> dict[str, int]:
+    """TODO (ladder key) -> how many of its hints were shown, as the progress file has it."""
+    raw = (load() if data is None else data).get(exercise_id)
+    hints = raw.get("hints") if isinstance(raw, dict) else None
+    if not isinstance(hints, dict):
+        return {}
+    return {str(k): v for k, v in hints.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+
+
+def record_hint(exercise_id: str, todo: str, step: int) -> None:
+    """Keep that hint `step` of `todo` was shown (the furthest step counts; showing one again changes nothing)."""
+    data = load()
+    raw = data.get(exercise_id)
+    raw = dict(raw) if isinstance(raw, dict) else {}
+    hints = hints_taken(exercise_id, data)
+    hints[todo] = max(hints.get(todo, 0), step)
+    raw["hints"] = hints
+    data[exercise_id] = raw
+    _save(data)
+
+
+def last_stop(exercise_id: str) -> str | None:
+    """The TODO (a stub label) the exercise's last check stopped at, if it did."""
+    e = entry(load().get(exercise_id))
+    stop = e["last"].get("stop") if e else None
+    return stop if isinstance(stop, str) else None
 
 
 def _describe(run: dict) -> str:
@@ -123,16 +160,19 @@ def _describe(run: dict) -> str:
     return T("sep").join(str(p) for p in parts if p)
 
 
-def _rows() -> tuple[list[tuple[str, str, str, str, str]], int, int]:
-    """(exercise, notebook, mark, status, last run) per exercise, the number passed, the number of exercises."""
+def _rows() -> tuple[list[tuple[str, str, str, str, str, str]], int, int]:
+    """(exercise, notebook, mark, status, last run, hints taken) per exercise, the number passed, the number of
+    exercises."""
     from .exercises import EXERCISES
 
     data = load()
     rows, done = [], 0
     for ex in EXERCISES.values():
         e = entry(data.get(ex.id))
+        n_hints = sum(hints_taken(ex.id, data).values())
+        hints = str(n_hints) if n_hints else ""
         if e is None:
-            rows.append((ex.id, ex.notebook, "·", T("not_run"), ""))
+            rows.append((ex.id, ex.notebook, "·", T("not_run"), "", hints))
             continue
         done += e["passed"]
         best = _describe({**e["best"], "status": None})
@@ -142,12 +182,12 @@ def _rows() -> tuple[list[tuple[str, str, str, str, str]], int, int]:
         if last.get("where") == e["best"].get("where"):  # said once, in the best run's column
             last = {**last, "where": None}
         mark = "✓" if e["passed"] else "✗" if e["attempted"] else "·"
-        rows.append((ex.id, ex.notebook, mark, status, _describe(last)))
+        rows.append((ex.id, ex.notebook, mark, status, _describe(last), hints))
     return rows, done, len(EXERCISES)
 
 
 def headings() -> tuple[str, ...]:
-    return T("col_exercise"), T("col_notebook"), "", T("col_status"), T("col_last")
+    return T("col_exercise"), T("col_notebook"), "", T("col_status"), T("col_last"), T("col_hints")
 
 
 def table() -> str:
@@ -168,7 +208,7 @@ def table_html() -> str:
     body = "".join(f"<tr><td style=\"text-align:left\">{escape(ex)}</td><td style=\"text-align:left\">"
                    f"{escape(nb)}</td><td style=\"color:{colour[mark]}\"><b>{mark}</b></td>"
                    f"<td style=\"text-align:left\">{escape(status)}</td><td style=\"text-align:left;opacity:.8\">"
-                   f"{escape(last)}</td></tr>" for ex, nb, mark, status, last in rows)
+                   f"{escape(last)}</td><td>{escape(hints)}</td></tr>" for ex, nb, mark, status, last, hints in rows)
     where = escape(T("where", path="\0")).replace("\0", f"<code>{escape(str(path()))}</code>")
     return (f'<table style="font-size:90%"><tr>{head}</tr>{body}</table>'
             f'<div style="margin-top:.3em"><b>{escape(T("summary", done=done, total=total))}</b></div>'

@@ -2,8 +2,8 @@
 
 The build writes each solution region of a learner notebook as `raise NotImplementedError("TODO: label")`, in
 English (code is shared by both editions). A Chinese report names the TODO as the Chinese notebook's comment above
-it does ("TODO 1 — 分数" where the stub says "TODO 1 (scores)"). tests/test_glossary.py checks that every stub of
-every notebook has an entry here and that each Chinese label matches its notebook's TODO comment.
+it does ("TODO 1 — 处理一个 K/V 块" where the stub says "TODO 1 (one key block)"). tests/test_glossary.py checks that
+every stub of every notebook has an entry here and that each Chinese label matches its notebook's TODO comment.
 """
 
 from __future__ import annotations
@@ -28,16 +28,13 @@ catalogue(NAMESPACE, {
     "TODO: matmul TODO 2 (the K loop)": ("TODO: matmul TODO 2 (the K loop)", "matmul 的 TODO 2 — K 循环"),
     "TODO: matmul TODO 3 (store the tile)": ("TODO: matmul TODO 3 (store the tile)", "matmul 的 TODO 3 — 写回 tile"),
     # 05-07
-    "TODO 1 (scores)": ("TODO 1 (scores)", "TODO 1 — 分数"),
-    "TODO 2 (running max)": ("TODO 2 (running max)", "TODO 2 — 新的运行最大值 m_new"),
-    "TODO 3 (exponentials, running sum)": ("TODO 3 (exponentials, running sum)", "TODO 3 — 指数与运行和"),
-    "TODO 4 (rescale, accumulate)": ("TODO 4 (rescale, accumulate)", "TODO 4 — 重新缩放并累加"),
-    "TODO 5 (normalise)": ("TODO 5 (normalise)", "TODO 5 — 归一化"),
+    "TODO 1 (one key block)": ("TODO 1 (one key block)", "TODO 1 — 处理一个 K/V 块"),
+    "TODO 2 (normalise)": ("TODO 2 (normalise)", "TODO 2 — 归一化"),
     "TODO 1": ("TODO 1", "TODO 1 — 我负责哪个 tile"),
     "TODO 2": ("TODO 2", "TODO 2 — 偏移、掩码和 Q tile"),
     "TODO 3": ("TODO 3", "TODO 3 — 加载一个 K/V tile 并算分数"),
     "TODO 4": ("TODO 4", "TODO 4 — 在线 softmax 更新"),
-    "TODO 5": ("TODO 5", "TODO 5 — 归一化"),
+    "TODO 5": ("TODO 5", "TODO 5 — 归一化并写回"),
     "TODO: validation": ("TODO: validation", "TODO 6 — 参数校验"),
     "TODO: causal A: loop bound": ("TODO: causal A: loop bound", "TODO causal A — 循环上界 hi"),
     "TODO: causal B: mask": ("TODO: causal B: mask", "TODO causal B — 因果掩码"),
@@ -67,10 +64,8 @@ catalogue(NAMESPACE, {
     "TODO: dQ atomic add": ("TODO: dQ atomic add", "TODO dQ atomic add"),
     # 10: likewise
     "TODO: GQA packing": ("TODO: GQA packing", "TODO（GQA packing）"),
-    "TODO: split range": ("TODO: split range", "TODO（split range，split 的范围）"),
-    "TODO: causal": ("TODO: causal", "TODO（causal）"),
+    "TODO: split body": ("TODO: split body", "TODO（split body，一个 split 的计算）"),
     "TODO: page lookup": ("TODO: page lookup", "TODO（page lookup，第 7 节）"),
-    "TODO: partial state": ("TODO: partial state", "TODO（partial state，部分状态）"),
     "TODO: merge weights": ("TODO: merge weights", "TODO（merge weights，合并权重）"),
     "TODO: sequence bounds": ("TODO: sequence bounds", "TODO（sequence bounds，序列边界）"),
     "TODO: causal shift": ("TODO: causal shift", "TODO（causal shift，因果偏移）"),

@@ -68,7 +68,7 @@ def test_every_exercise_has_an_explanation_in_both_languages():
 
 
 def test_a_graded_function_cannot_ask_for_the_solution(progress):
-    ref = notebooks.reference("naive_attention").__wrapped__
+    ref = grader.reference("naive_attention").__wrapped__
 
     def peeks(q, k, v, sm_scale=None, causal=False):
         grader.solution("naive_attention", force=True)

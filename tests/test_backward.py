@@ -113,16 +113,16 @@ KERNEL = [
     ("    p = tl.math.exp2(s * qk_scale - lse2[:, None])", "    p = tl.math.exp2((s - lse2[:, None]) * qk_scale)",
      "looks like: lse multiplied by the scale too"),
     # a learner walkthrough's B17 (2026-12-01): only the GQA cases failed, and the hint named the GQA sum alone
-    ("DQ_SHARE, TMA_DQ)\n    # TODO scale (dK) — dS holds the gradient of the scaled scores: multiply dk by sm_scale "
-     "once, here.\n    ### BEGIN SOLUTION scale dK\n    dk = dk * sm_scale\n",
-     "DQ_SHARE, TMA_DQ)\n        dk = dk * sm_scale\n    # TODO scale (dK)\n    ### BEGIN SOLUTION scale dK\n",
-     "looks like: GQA: dK scaled inside the loop over the group's heads"),
+    ("DQ_SHARE, TMA_DQ)\n    # TODO scale (dK)", "DQ_SHARE, TMA_DQ)\n        dk = dk * sm_scale\n    # TODO scale (dK)",
+     "looks like: GQA: dK scaled inside the loop over the group's heads",
+     "### BEGIN SOLUTION scale dK\n    dk = dk * sm_scale\n", "### BEGIN SOLUTION scale dK\n"),
 ]
 
 
-@pytest.mark.parametrize("old, new, named", KERNEL, ids=[f"{i}: {m[2]}" for i, m in enumerate(KERNEL)])
-def test_flash_attention_backward_mutants(old, new, named, few_cases):
-    r = grader.check("flash_attention_backward", mutant("flash_attention_backward", old, new), quiet=True,
+@pytest.mark.parametrize("old, new, named, more", [(*m[:3], m[3:]) for m in KERNEL],
+                         ids=[f"{i}: {m[2]}" for i, m in enumerate(KERNEL)])
+def test_flash_attention_backward_mutants(old, new, named, more, few_cases):
+    r = grader.check("flash_attention_backward", mutant("flash_attention_backward", old, new, *more), quiet=True,
                      record=False)
     assert not r.passed
     assert named in str(r), str(r)

@@ -83,6 +83,18 @@ def test_values_paths_and_integers(monkeypatch, tmp_path):
     assert config.CALIBRATION_SEEDS.integer(2) == 20
 
 
+def test_the_progress_file_and_the_kept_code_share_the_per_user_folder(monkeypatch, tmp_path):
+    """config.progress_path() says where the progress file is, for store and notebooks alike (neither asks the
+    other: issue 24's import order)."""
+    from grader import notebooks, store
+
+    monkeypatch.delenv(config.PROGRESS.name, raising=False)
+    assert config.progress_path() == Path.home() / ".flash_attention_course" / "progress.json"
+    monkeypatch.setenv(config.PROGRESS.name, str(tmp_path / "mine" / "p.json"))
+    assert config.progress_path() == store.path() == tmp_path / "mine" / "p.json"
+    assert notebooks.kept_dir() == tmp_path / "mine" / "kept"
+
+
 READS = re.compile(r"""(environ(\.get)?|getenv)\(?\[?\s*["']FA_COURSE_|=\s*["']FA_COURSE_""")
 # Others' files still reading a variable by its name, until they switch to the accessor named; delete each entry
 # as it does (the test then keeps it switched).

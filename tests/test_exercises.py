@@ -324,4 +324,5 @@ def test_an_online_softmax_that_reduces_whole_rows_fails_and_says_why():
     failed = [c for c in r.cases if not c.passed]
     assert failed and all("one block at a time" in c.problems[0] for c in failed), str(r)
     assert all(c.passed for c in r.cases if "multi-block" not in c.tags)  # a row within one block may be whole
-    assert not r.hints, r.hints  # no "only the multi-block cases fail" hint about a call it may not make
+    # no "only the multi-block cases fail" hint about a call it may not make; the pointer to grader.hint stays
+    assert [str(h) for h in r.hints if "grader.hint(" not in str(h)] == [], r.hints

@@ -180,11 +180,12 @@ def test_a_chinese_report_names_the_todo_as_the_notebook_does():
 
     try:
         messages.set_language("zh")
-        kind, text = safety.classify(NotImplementedError("TODO 1 (scores)"))
+        kind, text = safety.classify(NotImplementedError("TODO 1 (one key block)"))
     finally:
         messages.set_language(None)
-    assert kind == "not_attempted" and text == "尚未作答：TODO 1 — 分数", text
-    assert safety.classify(NotImplementedError("TODO 1 (scores)"))[1] == "not attempted yet: TODO 1 (scores)"
+    assert kind == "not_attempted" and text == "尚未作答：TODO 1 — 处理一个 K/V 块", text
+    assert (safety.classify(NotImplementedError("TODO 1 (one key block)"))[1]
+            == "not attempted yet: TODO 1 (one key block)")
 
 
 # ---- Chinese typesetting of the reports' assembled sentences ---------------------------------------------------

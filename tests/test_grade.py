@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader import grade, sandbox
+from grader import grade, hints, sandbox
 from grader.notebooks import repo_root
 
 ROOT = repo_root()
@@ -43,6 +43,16 @@ def with_exports(nb: dict, *codes: str, drop_exports: bool = False) -> dict:
     if drop_exports:
         nb["cells"] = [c for c in nb["cells"] if "export" not in c.get("metadata", {}).get("tags", [])]
     nb["cells"] += [export_cell(c) for c in codes]
+    return nb
+
+
+def with_hints(nb: dict, shown: list[tuple[str, str, int]]) -> dict:
+    """The notebook with grader.hint outputs (as grader.hints shows them in Jupyter) in its first code cell."""
+    nb = copy.deepcopy(nb)
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    cell["outputs"] = [{"output_type": "display_data", "data": {"text/plain": "Hint"},
+                        "metadata": {hints.METADATA_KEY: {"hint": {"exercise": e, "todo": t, "step": n}}}}
+                       for e, t, n in shown]
     return nb
 
 
@@ -97,6 +107,8 @@ SUBMISSIONS = {
                            .replace("    return (s.softmax", "    _memo[key] = (s.softmax")
                            + "    return _memo[key]\n", drop_exports=True),
     "torch_not_triton": with_exports(NB04, "def vector_add(x, y):\n    return x + y\n"),
+    "hinted": with_hints(SOL01, [("naive_attention", "naive attention", 1), ("naive_attention", "naive attention", 2),
+                                 ("naive_attention", "naive attention", 1)]),
 }
 
 
@@ -136,6 +148,16 @@ def test_the_right_submission_passes_every_case_and_the_hidden_ones(graded):
     r = rows[("right", "naive_attention")]
     assert r["passed"] == "1" and r["cases_passed"] == r["cases_total"] and int(r["cases_total"]) >= 12
     assert rows[("blank", "naive_attention")]["reason"] == "not attempted"
+
+
+def test_the_gradebook_counts_the_hints_a_submission_shows(graded):
+    out, rows, _ = graded
+    assert rows[("hinted", "naive_attention")]["hints"] == "2"  # steps 1 and 2 shown (1 twice): two hints
+    assert rows[("hinted", "naive_attention")]["passed"] == "1"
+    assert rows[("right", "naive_attention")]["hints"] == "0"
+    with open(out / "summary.csv", newline="", encoding="utf-8") as f:
+        summary = {r["student"]: r for r in csv.DictReader(f)}
+    assert summary["hinted"]["hints"] == "2" and summary["right"]["hints"] == "0"
 
 
 @pytest.mark.parametrize("student, words", [

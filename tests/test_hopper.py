@@ -294,3 +294,36 @@ def test_a_malformed_recording_is_a_failed_case_not_an_error():
                 * len(case.seeds), [{"producer": 3}], "forged", [{"consumer 0": []}] * len(case.seeds)):
         res = CaseResult(1, case.name, "", "-", "FAIL")
         assert ex.judge(out, case, res, "cpu") is False and res.problems, out
+
+
+# ---- the lesson (issue 25): a lesson, not a lab report, whose records live in results/ and whose links resolve
+def lesson_problems(notebook, zh_markdown) -> list[str]:
+    """What keeps notebook 11's lesson (an .ipynb of either edition, the zh twin's .md) from being one."""
+    import json
+    import re
+    from pathlib import Path
+
+    problems = []
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    shown = [c for c in cells if c["cell_type"] == "markdown" and "solution-only" not in c["metadata"].get("tags", [])]
+    english = "".join("".join(c["source"]) for c in shown)
+    if len(english) > 23_000:
+        problems.append(f"{len(english)} characters of markdown in the learner's notebook (at most 23,000)")
+    chinese = Path(zh_markdown).read_text(encoding="utf-8")
+    for text, edition, where in ((english, "en", Path(notebook).parent), (chinese, "zh", Path(notebook).parent / "zh")):
+        for phrase in ("not measured", "没有测量", "each warp scheduler", "每个 warp 调度器"):
+            if phrase in text:
+                problems.append(f"{edition}: says {phrase!r}")
+        links = [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not t.startswith(("http", "#"))]
+        if not any(link.endswith("results/h200/chapter-11-notes.md") for link in links):
+            problems.append(f"{edition}: no link to the chapter's notes in results/h200/")
+        problems += [f"{edition}: link {link} leads nowhere" for link in links if not (where / link).exists()]
+    if re.search(r"runs the `wgmma` instructions in the order they were issued", english):
+        problems.append("en: states wgmma issue order without a source")
+    return problems
+
+
+def test_the_lesson_is_a_lesson_with_its_record_in_results():
+    root = solutions_dir().parent
+    assert lesson_problems(root / "notebooks" / "11_hopper_gluon.ipynb",
+                           root / "solutions" / "zh-CN" / "11_hopper_gluon.md") == []

@@ -315,8 +315,8 @@ MUTANTS = [
     ("flash_decode", "*q.stride(), *k.stride(), *v.stride(),\n        table",
      "*q.contiguous().stride(), *k.contiguous().stride(), *v.contiguous().stride(),\n        table",
      "looks like: strides ignored"),
-    ("flash_decode", "    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]\n    o_ptrs",
-     "    out = acc / l_i[:, None]\n    o_ptrs", NO_KEY_NAN),
+    ("flash_decode", "    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]\n    lse = ",
+     "    out = acc / l_i[:, None]\n    lse = ", NO_KEY_NAN),
     ("flash_decode_paged", "page = tl.load(BlockTable + b * stride_tb + n0 // PAGE_SIZE).to(tl.int64)",
      "page = (b * stride_tb + n0 // PAGE_SIZE).to(tl.int64)", "looks like: block table ignored"),
     ("flash_decode_paged", "page = tl.load(BlockTable + b * stride_tb + offs_n // PAGE_SIZE, mask=in_range, other=0)",
@@ -343,8 +343,8 @@ MUTANTS = [
     ("flash_decode", "    row_ok = offs_r < GROUP * N_Q\n", "    row_ok = offs_r <= GROUP * N_Q\n",
      "exactly the one row after"),
     # int32 page offsets: passed every case until the far-pages cases (a learner walkthrough, 2026-12-01)
-    ("flash_decode_paged", "                k_rows = page.to(tl.int64) * stride_kb",
-     "                k_rows = page.to(tl.int32) * stride_kb", "int32 offset that wrapped"),
+    ("flash_decode_paged", "            k_rows = page.to(tl.int64) * stride_kb",
+     "            k_rows = page.to(tl.int32) * stride_kb", "int32 offset that wrapped"),
     ("flash_decode_paged", "page = tl.load(BlockTable + b * stride_tb + n0 // PAGE_SIZE).to(tl.int64)",
      "page = tl.load(BlockTable + b * stride_tb + n0 // PAGE_SIZE)", "int32 offset that wrapped"),
 ]

@@ -115,7 +115,7 @@ def _english_runs(text: str) -> list[str]:
 def test_a_chinese_report_is_in_chinese(exercise):
     import torch
 
-    from grader.notebooks import reference
+    from grader.references import reference
 
     ref = reference(exercise)
 

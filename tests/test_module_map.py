@@ -31,22 +31,8 @@ TOO_LONG_FOR_NOW: tuple[str, ...] = ()
 #: The imports that close today's cycles, each an upward import (the lower module knowing a higher one) that
 #: phase 2 of issue 24 removes. Without them the graph has no cycle, and the test below keeps it so: an import that
 #: makes a cycle not through one of these fails now. Each must still close a cycle, or the test says to drop it.
-KNOWN_UPWARD_IMPORTS = {
-    # diagnosis ⇄ exercises.base: diagnosis names exercises.base.BugModel in its type hints
-    ("grader.diagnosis", "grader.exercises.base"),
-    # reports ⇄ results (and, through attempts, exercises and notebooks, the big loop): reports types its functions
-    # with results' CheckResult and CaseResult, whose __str__/_repr_html_ call reports ...
-    ("grader.reports", "grader.results"),
-    # ... and asks grader.attempts for a result's status (attempts reads notebooks, which reach back to reports)
-    ("grader.reports", "grader.attempts"),
-    # environment's table lays out its columns with reports.width and reports.ljust
-    ("grader.environment", "grader.reports"),
-    # notebooks.kept_dir asks store.path() where the progress file is (store -> attempts -> notebooks)
-    ("grader.notebooks", "grader.store"),
-    # notebooks.reference and yours_or_reference look the exercise up in the registry, which imports every chapter,
-    # and a chapter (performance) times notebooks.reference
-    ("grader.notebooks", "grader.exercises"),
-}
+#: Empty since phase 2 cut the last six (test_the_pairs_cut_in_phase_2_import_one_way says how).
+KNOWN_UPWARD_IMPORTS: set[tuple[str, str]] = set()
 
 
 # ---------------------------------------------------------------------------------------------- reading the graph
@@ -243,6 +229,34 @@ def test_the_tools_pairs_of_issue_24_import_one_way():
                       ("grader.tools.suite_common", "grader.tools.suite"),
                       ("grader.tools.suite_common", "grader.tools.suite_backward")):
         assert not reaches(graph, low, high), f"{low} reaches {high}"
+
+
+def test_the_pairs_cut_in_phase_2_import_one_way():
+    """The six upward imports phase 2 of issue 24 cut, each by moving the shared part down: BugModel into diagnosis;
+    the result's data and its status rule into outcome (results adds the display); width and ljust into messages;
+    the progress file's path into config; the registry lookups of reference and yours_or_reference into references
+    (notebooks.reference_of takes the Exercise)."""
+    graph = import_graph()
+    for low, high in (("grader.diagnosis", "grader.exercises.base"), ("grader.reports", "grader.results"),
+                      ("grader.reports", "grader.attempts"), ("grader.environment", "grader.reports"),
+                      ("grader.notebooks", "grader.store"), ("grader.notebooks", "grader.exercises"),
+                      ("grader.outcome", "grader.reports"), ("grader.outcome", "grader.attempts")):
+        assert not reaches(graph, low, high), f"{low} reaches {high}"
+
+
+def test_the_names_moved_in_phase_2_are_still_where_learners_and_chapters_take_them():
+    import grader
+    from grader import attempts, config, diagnosis, messages, outcome, references, reports, results, store
+    from grader.exercises.base import BugModel
+
+    assert BugModel is diagnosis.BugModel
+    assert (results.CaseResult is outcome.CaseResult and issubclass(results.CheckResult, outcome.Outcome)
+            and grader.CheckResult is results.CheckResult)
+    assert attempts.status is outcome.status and attempts.NOT_ATTEMPTED == outcome.NOT_ATTEMPTED == "not attempted"
+    assert reports.width is messages.width and messages.width("分数 ab") == 7 and messages.ljust("分", 3) == "分 "
+    assert store.path() == config.progress_path()
+    assert grader.reference is references.reference and grader.yours_or_reference is references.yours_or_reference
+    assert callable(grader.load_notebook)
 
 
 # ---------------------------------------------------------------------------------------------- the map

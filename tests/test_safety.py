@@ -162,3 +162,79 @@ def test_a_store_into_the_next_programs_block_is_found_and_explained():
     r = grader.check("vector_add", _add_spilling, quiet=True, record=False)
     failing = [c for c in r.cases if not c.passed]
     assert failing and any("last to first" in h for h in failing[0].hints), str(r)  # the first wrong output tells
+
+
+_FIRST_CHECK = """
+import sys, torch, triton, triton.language as tl
+import grader
+grader.setup(quiet=True)
+seen = []
+
+@triton.jit
+def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+def vector_add(x, y):  # allocates (the guard's hook runs) and forgets y
+    out = torch.empty_like(x)
+    seen.append(bool(torch.isnan(out).all()))
+    _copy[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+    return out
+
+r = grader.check("vector_add", vector_add, quiet=True, record=False)
+print(not r.passed, bool(seen) and all(seen), "torch._dynamo" in sys.modules)
+"""
+
+
+def test_a_first_check_does_not_import_torch_dynamo():
+    """The allocation guard is a TorchDispatchMode, which torch wraps in torch._dynamo.disable: importing dynamo on
+    the first allocation took ~1 s of a learner's first check (issue 24). The guard is still on: what the function
+    allocates comes back NaN-filled."""
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _FIRST_CHECK], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TRITON_INTERPRET": "1" if ENV.interpreter else "0"})
+    assert out.returncode == 0, out.stderr
+    failed, guarded, dynamo = out.stdout.split()[-3:]
+    assert (failed, guarded, dynamo) == ("True", "True", "False"), out.stdout
+
+
+_COMPILED_UNDER_GUARD = """
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from grader.safety import GuardAllocations
+
+class Plain(TorchDispatchMode):  # torch's own wrapping: __torch_dispatch__ under torch._dynamo.disable
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+def graphs_under(mode):
+    graphs = []
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+    @torch.compile(backend=backend)
+    def f(x):
+        return torch.empty_like(x).copy_(x * 2), torch.zeros(3, 3)
+    x = torch.randn(5)
+    with mode:
+        for _ in range(2):
+            out, z = f(x)
+            assert torch.equal(out, x * 2) and not z.any()
+    return len(graphs)
+
+guard = GuardAllocations()
+print(graphs_under(Plain()), graphs_under(guard), len(guard.guards))
+"""
+
+
+def test_code_compiled_under_the_guard_is_treated_as_torch_treats_a_dispatch_mode():
+    """Once torch.compile has loaded dynamo, the guard's hook runs under torch._dynamo.disable, as torch would run
+    it (dynamo never traces the guard's own bookkeeping), and every allocation is still guarded."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _COMPILED_UNDER_GUARD], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    plain, guarded, guards = out.stdout.split()[-3:]
+    assert guarded == plain and guards == "4", out.stdout

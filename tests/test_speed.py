@@ -60,7 +60,7 @@ def fake_gpu(monkeypatch):
     refs = {"flash_attention_fast": make("ref08"), "flash_attention": make("ref06")}
     monkeypatch.setattr(perf, "SPEED_SHAPES", ((1, 2, 64, 16, False),))
     monkeypatch.setattr(perf, "RUNS", 3)
-    monkeypatch.setattr(perf.notebooks, "reference", lambda ex: refs[ex])
+    monkeypatch.setattr(perf.notebooks, "reference_of", lambda ex: refs[ex.id])
     monkeypatch.setattr(perf.notebooks, "is_reference", lambda fn: fn in refs.values())
     monkeypatch.setattr(perf, "_baseline_06", lambda ref06: (make("yours06"), ["baseline: yours06"]))
 

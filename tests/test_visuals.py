@@ -266,7 +266,7 @@ def test_benchmark_explorer_widget(tmp_path):
 
 def test_pipeline_timeline_draws_one_panel_per_run():
     from grader import pipeline_sim
-    from grader.notebooks import reference
+    from grader.references import reference
 
     producer = reference("kv_producer")
     runs = [pipeline_sim.run_ring(producer, pipeline_sim.ring_consumer, stages=s, n_blocks=4) for s in (1, 2)]

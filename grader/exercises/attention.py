@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from .. import diagnosis, oracle
 from ..environment import Environment
 from ..messages import Text, catalogue
+from .attention_ladders import LADDERS
 from .base import (
     BugModel,
     Case,
@@ -656,6 +657,7 @@ class AttentionExercise(diagnosis.QuietWhenExplained, Exercise):
 # ------------------------------------------------------------------------------------- 01 naive attention
 class NaiveAttention(AttentionExercise):
     budget_s = 30.0
+    ladder = LADDERS["naive_attention"]
     hint_texts = pick("causal", "scale", "large", "repeat", dtype__float16=T.later("hint_naive_fp16"),
                       dtype__float64=T.later("hint_naive_fp64"))
 
@@ -694,6 +696,7 @@ def _tiled_call(case: AttentionCase) -> tuple[tuple, dict]:
 class TiledAttention(AttentionExercise):
     budget_s = 30.0
     bug_families = (scale_and_mask_bugs, softmax_bugs)
+    ladder = LADDERS["tiled_attention"]
     hint_texts = pick("multi-block", "scale", "large", "repeat", ragged=T.later("hint_tiled_ragged"),
                       dtype__float16=T.later("hint_tiled_fp16"))
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .. import diagnosis
+from ..diagnosis import BugModel  # noqa: F401 - the chapters take it from here (it lives with its diagnosis)
 from ..environment import Environment
 from ..messages import CATALOGUE, Text, case_names, catalogue, fields
 from ..safety import ForbiddenCall, Guarded, RecordCalls, forbidden_message, guarded_copy, inverse_perm
@@ -93,15 +94,6 @@ class Case:
 
     def call_args(self) -> tuple[tuple, dict]:
         return self.args, self.kwargs
-
-
-@dataclass(frozen=True)
-class BugModel:
-    """A classic mistake, simulated in fp64 on the case's inputs: 'looks like: name — why'."""
-
-    name: str
-    why: str
-    simulate: Callable[[], torch.Tensor]
 
 
 def output_label() -> str:
@@ -205,6 +197,10 @@ class Exercise:
 
     #: "only cases tagged T fail" -> this hint (a messages.Text). Only concepts this exercise's code has.
     hint_texts: dict[str, Text] = {}
+    #: the hints a learner asks for with grader.hint(id, todo), in steps: per TODO (the key is how the learner's
+    #: stub names it, e.g. "TODO 3" or "dK/dV step"; "" for an exercise with one part), the idea, then the math,
+    #: then the shape of the code (never the line itself). Each step a messages.Text.
+    ladder: dict[str, tuple[Text, ...]] = {}
     #: guard every allocation the function makes (a kernel can write out of bounds)
     triton: bool = False
     #: per-case time budget when no reference timing is available, in seconds

@@ -43,10 +43,43 @@ CASES = catalogue("exercises.causal.cases", {
 })
 case_name = case_namer(CASES)
 
+#: the hints grader.hint gives, in steps (Exercise.ladder): the idea, the math, then the shape of the code
+LADDER = catalogue("exercises.causal.ladder", {
+    "mask_idea": (
+        "Entry [i, j] says whether query i may see key j. Top-left: key j is visible when j ≤ i, whatever n_q and "
+        "n_k are. Build the whole table at once, without a Python loop.",
+        "元素 [i, j] 表示 query i 能不能看到 key j。左上对齐：不管 n_q 和 n_k 是多少，j ≤ i 时 key j 可见。一次把整张表"
+        "建出来，不用 Python 循环。"),
+    "mask_code": (
+        "Either compare a column of query indices, shape (n_q, 1), with a row of key indices, shape (1, n_k): "
+        "broadcasting gives (n_q, n_k); or keep the lower triangle of an all-True (n_q, n_k) tensor (`torch.tril`). "
+        "Create the indices on `device`; the result must be `torch.bool`.",
+        "要么拿一列 query 下标（形状 (n_q, 1)）和一行 key 下标（形状 (1, n_k)）比较，广播出 (n_q, n_k)；要么取一个全为 "
+        "True 的 (n_q, n_k) 张量的下三角（`torch.tril`）。下标在 `device` 上创建；结果必须是 `torch.bool`。"),
+    "split_idea": (
+        "The block's rows run from start_m·block_m to (start_m + 1)·block_m − 1. Its last row sees the most keys, "
+        "its first row the fewest: the keys every row sees need no mask, the keys no row sees are skipped.",
+        "块的行从 start_m·block_m 到 (start_m + 1)·block_m − 1。最后一行看到的 key 最多，第一行最少：每一行都能看到的 "
+        "key 不需要 mask，哪一行都看不到的 key 直接跳过。"),
+    "split_math": (
+        "masked_end: one past the last row's last visible key, i.e. the last row's index + 1, capped at n_k. "
+        "unmasked_end: the number of keys before the first row's index (each is seen by every row), capped at n_k, "
+        "then rounded down to whole blocks of block_n, because that part is walked a whole block at a time.",
+        "masked_end：最后一行最后一个可见 key 的下一个位置，也就是最后一行的行号 + 1，再截断到 n_k。unmasked_end："
+        "下标小于第一行行号的 key 的个数（每一行都能看到它们），截断到 n_k，再向下取整到 block_n 的整数倍，因为这一段"
+        "是一整块一整块地走的。"),
+    "split_code": (
+        "Plain Python: `min` for the caps, integer division `//` and a multiplication to round down. Return the "
+        "pair (unmasked_end, masked_end) as two Python ints, not tensors or floats.",
+        "纯 Python：截断用 `min`，向下取整用整除 `//` 再乘回去。返回 (unmasked_end, masked_end) 这一对，两个都是 "
+        "Python int，不要是张量或浮点数。"),
+})
+
 
 class CausalMask(Exercise):
     budget_s = 30.0
     hint_texts = {"rectangular": T.later("hint_rectangular")}
+    ladder = {"": (LADDER.later("mask_idea"), LADDER.later("mask_code"))}
 
     def judge(self, out, case: Case, res, device) -> bool:
         ref = case.expected
@@ -83,6 +116,7 @@ class SplitCase(Case):
 
 class KVBlockSplit(Exercise):
     budget_s = 30.0
+    ladder = {"": (LADDER.later("split_idea"), LADDER.later("split_math"), LADDER.later("split_code"))}
 
     def judge(self, out, case: SplitCase, res, device) -> bool:
         got = tuple(out) if isinstance(out, (tuple, list)) else out

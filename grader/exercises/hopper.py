@@ -136,6 +136,56 @@ T = catalogue("exercises.hopper", {
     "c_no_release": ("the slot is never released", "从来没有释放槽位"),
     "c_no_release_why": ("each consumer arrives once on ring.empty[s] per block it read, or the producer waits forever",
                          "每个消费者每读完一个块，都要在 ring.empty[s] 上到达一次，否则生产者会永远等下去"),
+    # hint ladders (grader.hint): the idea, the math, the shape of the code
+    "ladder_producer_idea": ("A slot may be refilled only when every consumer is done with the block in it, and the "
+                             "consumers say so by arriving on the slot's empty barrier, which then completes a phase. "
+                             "So before each load the producer waits on that barrier. Before the first lap nobody has "
+                             "arrived, yet the slots are free: the first wait on each empty barrier must pass at once.",
+                             "只有所有消费者都用完了槽位里的块，这个槽位才能重新装填；消费者用在这个槽位的 empty "
+                             "barrier 上到达来表示这一点，凑满之后这个 barrier 完成一个阶段。所以生产者每次加载之前"
+                             "都要在这个 barrier 上等。第一圈之前还没有任何到达，可槽位本来就是空的：每个 empty "
+                             "barrier 上的第一次等待必须立即通过。"),
+    "ladder_producer_math": ("Block j is the producer's lap L = ⌊j / stages⌋ around the ring. On lap L ≥ 1 it needs "
+                             "the phase that the consumers' release of block j − stages completes: phase L − 1 of "
+                             "empty[s]. A wait compares parities only, so it waits for (L − 1) mod 2, the lap's parity "
+                             "flipped. On lap 0 the flipped parity is 1, which a fresh barrier passes at once "
+                             "(section 2).",
+                             "第 j 块是生产者绕环的第 L = ⌊j / stages⌋ 圈。L ≥ 1 时，它需要的是消费者释放第 "
+                             "j − stages 块时完成的那个阶段，即 empty[s] 的第 L − 1 阶段。wait 只比较奇偶性，所以它"
+                             "等 (L − 1) mod 2，也就是这一圈的奇偶性取反。第 0 圈取反后是 1，新 barrier 会立即放行"
+                             "（第 2 节）。"),
+    "ladder_producer_code": ("Two operations per block, each yielded (one that is made but not yielded does nothing): "
+                             "a wait on the slot's empty barrier, its parity from an integer division, a bitwise AND "
+                             "with 1 and an XOR flip; then a tma_load of block j into slot s whose barrier is the one "
+                             "the consumer waits on for that slot, ring.ready[s], not the empty one.",
+                             "每个块两个操作，都要 yield（只创建、不 yield 的操作什么也不做）：先在这个槽位的 empty "
+                             "barrier 上等，奇偶性由一次整除、一次和 1 的按位与、一次异或取反得到；再对块 j、槽位 s "
+                             "发起 tma_load，它到达的 barrier 是消费者等这个槽位时等的 ring.ready[s]，不是 empty。"),
+    "ladder_turns_idea": ("One group's softmax should run while the other group's products hold the tensor cores. So "
+                          "each group holds a turn exactly around its products: it waits for the turn before issuing "
+                          "them and passes the turn to the other group once they are done, and its softmax comes "
+                          "after that hand-over, outside the turn.",
+                          "要让一个 group 的 softmax 在另一个 group 的矩阵乘法占着 Tensor Core 时运行。所以每个 "
+                          "group 只在自己的矩阵乘法前后持有轮次：发出乘法之前等到轮次，乘法做完后把轮次交给另一个 "
+                          "group；它的 softmax 放在交出轮次之后，不占轮次。"),
+    "ladder_turns_math": ("turns[g] completes one phase each time the other group hands over to g. Group 0 must pass "
+                          "its first wait at once (a fresh barrier passes parity 1); group 1 must wait for group 0's "
+                          "first hand-over, phase 0, parity 0. From then on each group's wait at block j is for one "
+                          "phase more than at block j − 1, so its parity flips every block: the parity of j, flipped "
+                          "for group 0 and as it is for group 1.",
+                          "另一个 group 每把轮次交给 g 一次，turns[g] 就完成一个阶段。group 0 的第一次等待必须立即"
+                          "通过（新 barrier 会放行奇偶性 1）；group 1 必须等 group 0 第一次交出轮次，即第 0 阶段、"
+                          "奇偶性 0。此后每个 group 在第 j 块等的阶段都比第 j − 1 块多一个，所以奇偶性每个块翻转"
+                          "一次：就是 j 的奇偶性，group 0 取反，group 1 不取反。"),
+    "ladder_turns_code": ("After the ready wait that is already there: wait on your own turn barrier, issue the "
+                          "block's products and wait for them (in this model products in flight together share the "
+                          "tensor cores, so hand over only once yours are done), arrive on the other group's turn "
+                          "barrier (never your own), arrive on the slot's empty barrier, and do the softmax last. "
+                          "Handing over before mma_wait() or after the softmax fails the check.",
+                          "在已经写好的 ready 等待之后：在自己的轮次 barrier 上等，发出这个块的矩阵乘法并等它做完"
+                          "（在这个模型里，同时在途的乘法会平分 Tensor Core，所以要等自己的做完再交出轮次），在另一个 "
+                          "group 的轮次 barrier 上到达（不是自己的），在这个槽位的 empty barrier 上到达，最后做 "
+                          "softmax。在 mma_wait() 之前或 softmax 之后才交出轮次，都过不了检查。"),
 })
 
 CASES = catalogue("exercises.hopper.cases", {
@@ -329,6 +379,8 @@ class KvProducer(_Protocol):
     """producer(ring, n_blocks): loads blocks 0 … n_blocks − 1 into the ring, against the worked-example consumer."""
     bugs = PRODUCER_BUGS
     actors = ("producer",)
+    ladder = {"the producer": (T.later("ladder_producer_idea"), T.later("ladder_producer_math"),
+                               T.later("ladder_producer_code"))}
 
     def partition_of(self, args):
         return "producer", args[0], None
@@ -368,6 +420,8 @@ class PingpongConsumer(_Protocol):
     on the tensor cores; judged for correctness on random schedules, then for overlap on steady timings."""
     bugs = CONSUMER_BUGS
     actors = ("consumer 0", "consumer 1")
+    ladder = {"the turn protocol": (  # not shown as is: the region's label (grader/todo_labels.py translates it)
+        T.later("ladder_turns_idea"), T.later("ladder_turns_math"), T.later("ladder_turns_code"))}
 
     def partition_of(self, args):
         ring, turns, _, group = args

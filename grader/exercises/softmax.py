@@ -131,6 +131,78 @@ CASES = catalogue("exercises.softmax.cases", {
 case_name = case_namer(CASES)
 
 
+#: hint ladders (grader.hint), per TODO region: the idea, the math, the shape of the code (never the line itself)
+LADDER = catalogue("exercises.softmax.ladder", {
+    "safe_1": (
+        "Softmax does not change when the same number is subtracted from every entry of a row. Subtract the row's "
+        "largest entry: every exponent is then ≤ 0, so exp cannot overflow, and the largest term is exactly 1, so "
+        "the sum cannot underflow to 0.",
+        "一行里每个元素都减去同一个数，softmax 不变。减去这一行最大的元素：所有指数都 ≤ 0，exp 不会上溢；"
+        "最大的那一项恰好是 1，总和也不会下溢成 0。"),
+    "safe_2": (
+        "softmax(x)_j = exp(x_j − M) / Σ_k exp(x_k − M), with M = max_k x_k, per row (over the last dimension). "
+        "An entry of −∞ gives exp(−∞) = 0.",
+        "softmax(x)_j = exp(x_j − M) / Σ_k exp(x_k − M)，其中 M = max_k x_k，每行各算各的（沿最后一维）。"
+        "值为 −∞ 的元素给出 exp(−∞) = 0。"),
+    "safe_3": (
+        "Upcast with .to(...) first. The row max is an amax over the last dimension that keeps that dimension "
+        "(keepdim=True), so that it broadcasts back against the row: without it the shapes (…, n) and (…,) do "
+        "not line up. torch.exp, then a sum over the last dimension, kept again; cast back at the end.",
+        "先用 .to(...) 升精度。行最大值是沿最后一维的 amax，并保留这一维（keepdim=True），这样它才能和这一行"
+        "广播对齐：不保留的话，(…, n) 和 (…,) 的形状对不上。接着 torch.exp，再沿最后一维求和，同样保留维度；"
+        "最后转回原来的 dtype。"),
+    "state_1": (
+        "A row's state is its max so far, m, and the sum l of exp(x − m) over the columns seen. A new block can "
+        "raise the max; when it does, every term already in l was taken against the old max and must be "
+        "rescaled to the new one before the block's own terms are added.",
+        "一行的状态是到目前为止的最大值 m，以及已看过的各列 exp(x − m) 之和 l。新的块可能抬高最大值；这时 l 里"
+        "已有的每一项都是相对旧的最大值算的，必须先重新缩放到新的最大值，再加上本块自己的项。"),
+    "state_2": (
+        "m_new = max(m, max_j b_j); l ← l · exp(m − m_new) + Σ_j exp(b_j − m_new), over this block's columns j; "
+        "then m ← m_new. Before the first block m = −∞ and l = 0, and exp(−∞ − m_new) = 0 makes the first step "
+        "right by itself.",
+        "m_new = max(m, max_j b_j)；l ← l · exp(m − m_new) + Σ_j exp(b_j − m_new)，j 取本块的各列；"
+        "然后 m ← m_new。第一个块之前 m = −∞、l = 0，exp(−∞ − m_new) = 0 让第一步自然成立。"),
+    "state_3": (
+        "The block's row max and row sum reduce over the last dimension, leaving one value per row; "
+        "torch.maximum is the elementwise max of two tensors (torch.max of one tensor is a reduction). m_new has "
+        "one value per row while the block has columns: index it with [..., None] to broadcast it over them. "
+        "Compute l from the old m before you overwrite m.",
+        "本块的行最大值和行和都沿最后一维归约，每行剩一个值；torch.maximum 是两个张量逐元素取最大（对一个张量用 "
+        "torch.max 是归约）。m_new 每行一个值，而块有很多列：用 [..., None] 让它沿列广播。先用旧的 m 算出 l，"
+        "再覆盖 m。"),
+    "norm_1": (
+        "After the loop, m is each row's true max and l the sum of exp(x − m) over the whole row: the denominator "
+        "of a safe softmax. One more elementwise pass over xf gives the probabilities; no reduction is left.",
+        "循环结束后，m 就是每行真正的最大值，l 是整行 exp(x − m) 之和：正是安全 softmax 的分母。再对 xf 逐元素"
+        "过一遍就得到概率，不再需要任何归约。"),
+    "norm_2": (
+        "softmax(x)_j = exp(x_j − m) / l, with the final m and l of x_j's row. m and l have one value per row: "
+        "give them a trailing axis ([..., None]) to broadcast over the columns, then cast to x's dtype. A sum over "
+        "the whole row here fails the check: the reductions may only ever see one block.",
+        "softmax(x)_j = exp(x_j − m) / l，m 和 l 取 x_j 所在行的最终值。m 和 l 每行一个值：补一个末尾维度"
+        "（[..., None]）让它们沿列广播，最后转成 x 的 dtype。在这里对整行求和会判为未通过：归约只能看到一个块。"),
+    "merge_1": (
+        "Each state is a max and a sum of exponentials taken against that max. The merged max is the larger one; "
+        "each part's sum is rescaled from its own max to the merged max, then the two are added: the online "
+        "update's rescaling, applied to two states.",
+        "每个状态是一个最大值，加上相对这个最大值的指数和。合并后的最大值取较大的那个；两部分的和各自从自己的"
+        "最大值重新缩放到合并后的最大值，再相加：就是在线更新里的重新缩放，只不过用在两个状态上。"),
+    "merge_2": (
+        "m = max(m1, m2); l = l1 · exp(m1 − m) + l2 · exp(m2 − m). When both parts are empty, m = −∞ and m1 − m "
+        "is −∞ − (−∞) = nan: there, take the exponentials against 0 instead of m (exp(−∞ − 0) = 0, so l = 0).",
+        "m = max(m1, m2)；l = l1 · exp(m1 − m) + l2 · exp(m2 − m)。两部分都为空时 m = −∞，m1 − m 就是 "
+        "−∞ − (−∞) = nan：这些位置改为相对 0 取指数（exp(−∞ − 0) = 0，于是 l = 0）。"),
+    "merge_3": (
+        "Upcast all four inputs first. torch.maximum for the elementwise max; the reference you exponentiate "
+        "against comes from torch.where, choosing 0 where torch.isneginf says the merged max is −∞ and the max "
+        "elsewhere. Cast both results to m1's dtype and return them as a pair.",
+        "先把四个输入都升精度。逐元素取最大用 torch.maximum；取指数时减去的参考值用 torch.where 得到："
+        "torch.isneginf 判定合并后最大值为 −∞ 的位置取 0，其余位置取最大值。两个结果都转成 m1 的 dtype，"
+        "作为一对返回。"),
+})
+
+
 @dataclass
 class SoftmaxCase(Case):
     x: torch.Tensor | None = None
@@ -206,6 +278,7 @@ class SoftmaxExercise(diagnosis.QuietWhenExplained, Exercise):
 
 class SafeSoftmax(SoftmaxExercise):
     forbidden = ("softmax", "log_softmax", "_softmax", "logsumexp")
+    ladder = {"": (LADDER.later("safe_1"), LADDER.later("safe_2"), LADDER.later("safe_3"))}
     hint_texts = {"large": T.later("safe_large"), "neg-inf": T.later("safe_neg_inf"),
                   "dtype:float16": T.later("safe_fp16"), "dtype:float64": T.later("safe_fp64")}
 
@@ -226,6 +299,8 @@ class SafeSoftmax(SoftmaxExercise):
 
 class OnlineSoftmax(SoftmaxExercise):
     forbidden = ("softmax", "log_softmax", "_softmax", "logsumexp")
+    ladder = {"state update (TODO 1)": (LADDER.later("state_1"), LADDER.later("state_2"), LADDER.later("state_3")),
+              "normalising pass (TODO 2)": (LADDER.later("norm_1"), LADDER.later("norm_2"))}
     #: reductions that must only ever see one block of a row
     reductions = ("amax", "max", "sum", "logsumexp", "cumsum", "mean", "softmax")
 
@@ -287,6 +362,7 @@ class MergeCase(Case):
 
 class MergeSoftmaxStates(Exercise):
     budget_s = 30.0
+    ladder = {"": (LADDER.later("merge_1"), LADDER.later("merge_2"), LADDER.later("merge_3"))}
 
     def tolerance_for(self, case: Case) -> tuple[float, float]:
         return softmax_tolerance(case.dtype)

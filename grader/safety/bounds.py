@@ -212,6 +212,36 @@ def _checked(original: Callable, pointers: Callable) -> Callable:
     return method
 
 
+def _patch_lang_once(original: Callable, scope_cls: type) -> Callable:
+    """The interpreter's _patch_lang(fn), run once per function and launch. The interpreter calls it again at every
+    device-function call, and tl.max, tl.sum & co are device functions: each call re-patched all of triton.language
+    through inspect.getmembers (17 % of a failing notebook-06 check: 1,006 patches in 28 launches). A device call's
+    patches are never undone and the launch's are undone only when it ends, so a repeat changes nothing."""
+    def _patch_lang(fn):
+        done = getattr(_launch, "patched", None)
+        if done is None:
+            return original(fn)
+        if fn in done:
+            return scope_cls()
+        scope = original(fn)
+        done.add(fn)
+        return scope
+    _patch_lang.__wrapped__ = original
+    return _patch_lang
+
+
+def _one_launch(call: Callable) -> Callable:
+    """GridExecutor.__call__, with the functions _patch_lang has patched during this launch (none outside one)."""
+    def __call__(self, *args, **kwargs):
+        outer, _launch.patched = getattr(_launch, "patched", None), set()
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            _launch.patched = outer
+    __call__.__wrapped__ = call
+    return __call__
+
+
 def install_interpreter_bounds_check() -> bool:
     """Patch Triton's interpreter so that out-of-bounds pointer accesses raise OutOfBoundsAccess.
 
@@ -259,5 +289,8 @@ def install_interpreter_bounds_check() -> bool:
     for name, pointers in ops.items():
         if hasattr(builder_cls, name):
             setattr(builder_cls, name, _checked(getattr(builder_cls, name), pointers))
+    if callable(getattr(interp, "_patch_lang", None)) and hasattr(interp, "_LangPatchScope"):
+        interp._patch_lang = _patch_lang_once(interp._patch_lang, interp._LangPatchScope)
+        executor_cls.__call__ = _one_launch(executor_cls.__call__)
     _installed = True
     return True

@@ -3,6 +3,7 @@ during the learner's call, and the PyTorch calls an exercise forbids."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,6 +125,15 @@ class GuardAllocations(TorchDispatchMode):
     torch.empty & co come back NaN-filled, guarded or not, so that elements the code never writes show up.
     """
 
+    _without_dynamo: Callable | None = None  # _dispatch under torch._dynamo.disable, made once dynamo is loaded
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch would wrap __torch_dispatch__ in torch._dynamo.disable, importing torch._dynamo (~1 s of a learner's
+        # first check) on the first allocation; __torch_dispatch__ below does the same only once dynamo is loaded
+        # (torch.compile loads it: before that, nothing can trace this hook)
+        return False
+
     def __init__(self, max_bytes: int = _MAX_GUARDED_BYTES) -> None:
         super().__init__()
         self.guards: list[Guarded] = []
@@ -132,7 +142,14 @@ class GuardAllocations(TorchDispatchMode):
         self.unguarded = 0  # float allocations left without guards: over max_bytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        if "torch._dynamo" not in sys.modules:
+            return self._dispatch(func, args, kwargs or {})
+        if GuardAllocations._without_dynamo is None:
+            import torch._dynamo
+            GuardAllocations._without_dynamo = torch._dynamo.disable(GuardAllocations._dispatch, recursive=True)
+        return GuardAllocations._without_dynamo(self, func, args, kwargs or {})
+
+    def _dispatch(self, func, args: tuple, kwargs: dict):
         plan = _planned(func, args, kwargs)
         if plan is None:
             return func(*args, **kwargs)

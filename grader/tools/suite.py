@@ -82,7 +82,7 @@ def _looped_2d(fa2d):
 
 
 def course_providers() -> list[Provider]:
-    from ..notebooks import reference
+    from ..references import reference
 
     out = []
     for name, ex_id in COURSE.items():
@@ -290,7 +290,7 @@ def _warm_one(job):
     ex_id, d, causal, dt_name = job
     t0 = time.time()
     try:
-        from ..notebooks import reference
+        from ..references import reference
 
         fn = reference(ex_id)
         q, k, v = _inputs(1, HEADS, 256, d, DTYPES[dt_name])

@@ -53,7 +53,7 @@ class Provider:
 
 def course_forward() -> tuple[Callable | None, str | None]:
     """Notebook 09's flash_attention_forward (its o and lse feed the course's backward), or why it is missing."""
-    from ..notebooks import reference
+    from ..references import reference
 
     try:
         return reference("flash_attention_forward"), None
@@ -62,7 +62,7 @@ def course_forward() -> tuple[Callable | None, str | None]:
 
 
 def providers() -> list[Provider]:
-    from ..notebooks import reference
+    from ..references import reference
 
     out = []
     for name, ex_id, kind in ((COURSE_BACKWARD, "flash_attention_backward", BACKWARD),

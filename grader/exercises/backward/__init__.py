@@ -8,8 +8,9 @@ is wrong, each simulated classic mistake (bugs.py) is tried on each wrong output
 kernel (the dK/dV one, say) leaves the other outputs right, and it is named when it explains every wrong element of
 every wrong output.
 
-cases.py holds the cases, bugs.py the simulated mistakes, judges.py the judging; this module the hints and the
-exercises, which look the case lists up here (so a test can patch them on the package).
+cases.py holds the cases, bugs.py the simulated mistakes, judges.py the judging, ladders.py the hints a learner
+asks for (grader.hint); this module the failure hints and the exercises, which look the case lists up here (so a
+test can patch them on the package).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from .judges import (  # noqa: F401 - importable here as before the split
     judge_lse,
     match_grad_bugs,
 )
+from .ladders import LADDERS
 
 T = catalogue("exercises.backward", {  # the chapter's namespace, shared with its modules: ids exercises.backward.<key>
     # ---- exercise titles and signatures (the signatures are code: the same in both languages)
@@ -191,6 +193,7 @@ class AttentionBackward(Exercise):
     kernel_bugs = False
     hint_texts = _hints("causal", "gqa", "large", "scale", "batch", "heads", "dtype:float16", "dtype:float32", "repeat")
     forbidden = ("grad", "backward", "requires_grad_")  # the gradients come from the formulas, not from autograd
+    ladder = LADDERS["attention_backward"]
 
     def judge(self, out, case: BackwardCase, res, device) -> bool:
         return judge_grads(self, out, case, case.grads_ref, res, device,
@@ -229,6 +232,7 @@ class FlashAttentionBackward(AttentionBackward):
     triton = True
     kernel_bugs = True
     budget_s = 60.0
+    ladder = LADDERS["flash_attention_backward"]
     hint_texts = _hints("causal", "gqa", "large", "multi-block", "ragged", "strided", "scale", "pad-d", "batch",
                         "heads", "dtype:float16", "dtype:bfloat16", "dtype:float32", "repeat", "arguments")
 
@@ -251,6 +255,7 @@ class FlashAttentionBackward(AttentionBackward):
 class FlashAttentionBackwardAtomic(FlashAttentionBackward):
     """Section 10's one kernel: the same cases as the two kernels; where heads go wrong, the dQ buffer's rows."""
 
+    ladder = LADDERS["flash_attention_backward_atomic"]
     hint_texts = {**FlashAttentionBackward.hint_texts, "heads": T.later("hint_heads_atomic"),
                   "gqa": T.later("hint_gqa_atomic")}
 
@@ -260,6 +265,7 @@ class FlashAttentionForward(AttentionExercise):
 
     triton = True
     bug_families = (scale_and_mask_bugs, softmax_bugs, layout_bugs)
+    ladder = LADDERS["flash_attention_forward"]
     hint_texts = pick("causal", "ragged", "strided", "large", "multi-block", "scale", "pad-d", "batch",
                       "heads", "dtype:float16", "dtype:float32", "dtype:bfloat16", "repeat",
                       gqa=T.later("hint_forward_gqa"), arguments=T.later("hint_forward_arguments"))
@@ -299,6 +305,8 @@ class AutogradRun:
 class FlashAttentionAutograd(FlashAttentionForward):
     """flash_attention_autograd: o like the forward; then the grader calls autograd.grad(o, (q, k, v), do) and
     judges the gradients against the oracle evaluated with the o the function returned."""
+
+    ladder = LADDERS["flash_attention_autograd"]
 
     hint_texts = _hints("causal", "gqa", "multi-block", "ragged", "strided", "scale", "batch", "heads",
                         "dtype:float16", "dtype:bfloat16", "dtype:float32", "repeat")
