@@ -39,11 +39,16 @@ T = catalogue("attempts", {
     "stop_at_other": ("the cases stop first at {todo}, a TODO of {owner}: finish {owner} first",
                       "用例最先停在 {todo}，这是 {owner} 的 TODO：先把 {owner} 完成"),
     "first_left": ("the first one left is {todo}: fill it in next", "剩下的第一个是 {todo}：接下来填它"),
+    "stop_later": ("the cases left stop at {todo}, which notebook {notebook} teaches: leave it until then",
+                   "剩下的用例停在 {todo}，它由 notebook {notebook} 讲解：到那时再填"),
 })
 
 #: solution region label -> the exercise whose section teaches it, where that is not the first exercise whose
 #: function reaches it: the paged lookup sits in the decode kernel that flash_decode launches too (PAGED=False)
 TAUGHT_WITH = {"TODO: page lookup": "flash_decode_paged"}  # not shown: a stub label (a key)
+#: solution region label -> the later notebook that teaches it: 06's kernel carries the causal TODOs of 07, and a
+#: report of 06 does not send the learner to them
+TAUGHT_LATER = {"TODO: causal A: loop bound": "07", "TODO: causal B: mask": "07"}  # not shown: keys
 
 
 @dataclass
@@ -67,13 +72,21 @@ class Attempt:
         """The rule: at least one TODO filled in (a function with no TODOs of the template left is one too)."""
         return self.filled > 0 or not self.todos
 
+    def now(self) -> tuple[str, ...]:
+        """The TODOs left that this notebook teaches (not those a later notebook explains)."""
+        return tuple(t for t in self.left if t not in TAUGHT_LATER)
+
     def first(self) -> str:
-        """Where to go on: the TODO the cases stop at first, else the first one left; in the notebook's words."""
-        if self.stop is not None:
+        """Where to go on: the TODO the cases stop at first, else the first one left; in the notebook's words.
+        A TODO that a later notebook teaches comes last, and is named as that notebook's."""
+        if self.stop is not None and self.stop not in TAUGHT_LATER:
             if self.owner is not None and self.owner != self.exercise:
                 return T("stop_at_other", todo=todo_label(self.stop), owner=self.owner)
             return T("stop_at", todo=todo_label(self.stop))
-        return T("first_left", todo=todo_label(self.left[0])) if self.left else ""
+        if self.now():
+            return T("first_left", todo=todo_label(self.now()[0]))
+        later = self.stop if self.stop is not None else (self.left[0] if self.left else None)
+        return T("stop_later", todo=todo_label(later), notebook=TAUGHT_LATER[later]) if later else ""
 
 
 # ------------------------------------------------------------------------------ the exercise's TODOs (solutions)
@@ -156,7 +169,7 @@ def _owners(notebook: str, digest: str, source: str) -> tuple[dict[str, str], di
     from .tools.notebook_build import stub_source
 
     stubbed, _ = stub_source(source, notebook)
-    defs = graph(stubbed)
+    defs = _solution_graph(source, stubbed)
     owner: dict[str, str] = {}
     reached = {ex.id: reach(defs, ex.function) for ex in EXERCISES.values() if ex.notebook == notebook}
     for ex_id, labels in reached.items():
@@ -168,6 +181,52 @@ def _owners(notebook: str, digest: str, source: str) -> tuple[dict[str, str], di
         own = tuple(label for label in labels if owner[label] == ex_id)
         todos[ex_id] = own or tuple(labels)  # an exercise built only on earlier TODOs (08's tuned kernel)
     return owner, todos
+
+
+def _solution_graph(source: str, stubbed: str) -> dict[str, tuple[set[str], list[tuple[int, str]]]]:
+    """The stubbed source's graph, with the names each definition uses in the solution: a helper that only a
+    region's solution calls (10's `_key_rows`, called from the split kernel's body) holds a TODO of the exercise
+    even while the template does not reach it."""
+    full, defs = graph(source), graph(stubbed)
+    for name, (uses, _) in full.items():
+        if name in defs:
+            defs[name][0].update(uses)
+    return defs
+
+
+def holders(notebook: str) -> dict[str, str]:
+    """Each stub label of a notebook held by a top-level definition that only the solution regions call -> that
+    definition (10's `_key_rows`)."""
+    source = _solution_source(notebook)
+    return _holders(notebook, hashlib.sha1(source.encode()).hexdigest(), source)
+
+
+@functools.lru_cache(maxsize=32)
+def _holders(notebook: str, digest: str, source: str) -> dict[str, str]:
+    from .tools.notebook_build import stub_source
+
+    stubbed, _ = stub_source(source, notebook)
+    defs = graph(stubbed)
+    called = {n for uses, _ in defs.values() for n in uses}  # what the template's own code calls
+    return {label: name for name, (_, stubs) in defs.items() if name not in called for _, label in stubs}
+
+
+def _held_stubs(exercise, labels: tuple[str, ...], present: set[str], lookup: Callable[[str], set[str]]) -> set[str]:
+    """The labels not found in the code the learner's function reaches that their helper still holds (a helper the
+    learner's code does not call yet): still TODOs left, not filled in."""
+    try:
+        where = holders(exercise.notebook)
+    except Exception:  # noqa: BLE001 - no solutions in this copy
+        return set()
+    out = set()
+    for label in labels:
+        if label not in present and label in where:
+            try:
+                if label in lookup(where[label]):
+                    out.add(label)
+            except Exception:  # noqa: BLE001 - an object of the learner's whose attributes raise
+                continue
+    return out
 
 
 def _solution_source(notebook: str) -> str:
@@ -313,6 +372,9 @@ def of(exercise, fn: Callable) -> Attempt | None:
         present = stubs_in(fn)
     except Exception:  # noqa: BLE001 - an object of the learner's whose attributes raise: the cases alone decide
         return None
+    scope = getattr(inspect.unwrap(fn), "__globals__", {}) if callable(fn) else {}
+    present |= _held_stubs(exercise, labels, present,
+                           lambda name: stubs_in(scope[name]) if name in scope else set())
     return Attempt(exercise.id, labels, tuple(label for label in labels if label in present))
 
 
@@ -321,7 +383,10 @@ def of_source(exercise, source: str) -> Attempt | None:
     runs nothing of it). None where the exercise's TODOs cannot be known or the code does not parse."""
     try:
         labels = todos(exercise)
-        present = set(reach(graph(source, last_wins=True), exercise.function))
+        defs = graph(source, last_wins=True)
+        present = set(reach(defs, exercise.function))
+        present |= _held_stubs(exercise, labels, present,
+                               lambda name: {label for _, label in defs[name][1]} if name in defs else set())
     except Exception:  # noqa: BLE001 - no solutions here, or code that does not parse: the cases alone decide
         return None
     if not labels:

@@ -323,7 +323,8 @@ def check(exercise_id: str, fn: Callable, *, seed: int | None = None, timeout: f
         run_cases(ex, env, seed, in_process(fn), result, reference=reference, timeout=timeout,
                   progress=progressbar.for_check(ex.id, quiet))
         attempts.settle(result.attempt, ex, [c.todo for c in result.cases if c.todo])
-        stuck = None if result.passed else hints.pointer(ex, result.attempt)
+        wrong = any(not c.passed and c.status != "NOT ATTEMPTED" for c in result.cases)
+        stuck = None if result.passed else hints.pointer(ex, result.attempt, wrong=wrong)
         if stuck:
             result.hints.append(stuck)
         speed_cases, speed_notes = ex.speed_cases(env, fn, seed, result.passed)

@@ -216,7 +216,8 @@ SPREAD_SLACK = 0.05
 
 
 def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: Sequence[BugModel],
-               tol: tuple[float, float] | None = None, overflow_prone: bool = False) -> list[str]:
+               tol: tuple[float, float] | None = None, overflow_prone: bool = False,
+               empty_rows: bool = False) -> list[str]:
     """The bugs whose simulation agrees with the output wherever the output disagrees with the right answer, and
     accounts for most of its error there (a simulation near the right answer "agrees" with any small error).
 
@@ -225,13 +226,15 @@ def match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: S
 
     overflow_prone: the case's scores are large enough to overflow exp unless the max is subtracted; an output
     that is non-finite everywhere is then weak evidence for any mistake that also overflows (Finding.weak).
+    empty_rows: the case has rows that see no key; NaN in exactly those rows is what the missing guard for them gives,
+    and what any mistake that divides by their zero sum gives too, so a match on that evidence alone is weak.
     """
     with one_thread():
-        return _match_bugs(out, ref, dtype, bugs, tol, overflow_prone)
+        return _match_bugs(out, ref, dtype, bugs, tol, overflow_prone, empty_rows)
 
 
 def _match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: Sequence[BugModel],
-                tol: tuple[float, float] | None, overflow_prone: bool) -> list[str]:
+                tol: tuple[float, float] | None, overflow_prone: bool, empty_rows: bool = False) -> list[str]:
     wrong = ~close(out, ref, dtype, tol=tol)
     if not bool(wrong.any()):
         return []
@@ -264,6 +267,7 @@ def _match_bugs(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, bugs: 
             # wrong only where it is not finite: evidence only if the simulation is non-finite at exactly the same
             # elements of the whole output (NaN in some rows is what a great many mistakes give)
             scored.append((0.0, extra, bug))
+            weak = weak or empty_rows
     if not scored:
         return []
     scored.sort(key=lambda rb: rb[0])  # best first

@@ -116,17 +116,27 @@ def hint(exercise_id: str, todo: int | str | None = None, step: int | None = Non
     _show("\n".join(lines), {"hint": {"exercise": ex.id, "todo": key, "step": n}})
 
 
-def pointer(ex: exercises.Exercise, attempt: attempts.Attempt | None) -> str | None:
+def pointer(ex: exercises.Exercise, attempt: attempts.Attempt | None, wrong: bool = False) -> str | None:
     """What a failed check's report says about the hints: the call that gives the next one for the TODO the
-    cases stop at (None: not an attempt, no ladder, or every hint of that TODO already shown)."""
+    cases stop at (None: not an attempt, no ladder, every hint of that TODO already shown, or only TODOs that a
+    later notebook teaches left). wrong: some case gave a wrong answer, which only a filled-in TODO can do, so the
+    pointer names those (the one, or the list to choose from), not the first one still empty."""
     if attempt is None or not attempt.started or not ex.ladder:
         return None
     keys = ordered_keys(ex)
-    stop = attempt.stop or (attempt.left[0] if attempt.left else None)
-    key = next((k for k in keys if stop and _stub(k) == stop), None)
-    if key is None and len(keys) == 1:
-        key = keys[0]
-    if key is None:  # every TODO filled in and the output wrong: any of them may be it
+    if wrong:
+        filled = [k for k in keys if _stub(k) not in attempt.left]
+        keys = filled or keys
+        key = keys[0] if len(keys) == 1 else None
+    else:
+        stop = attempt.stop if attempt.stop not in attempts.TAUGHT_LATER else None
+        stop = stop or (attempt.now()[0] if attempt.now() else None)
+        if stop is None and attempt.left:
+            return None
+        key = next((k for k in keys if stop and _stub(k) == stop), None)
+        if key is None and len(keys) == 1:
+            key = keys[0]
+    if key is None:  # the output wrong and several TODOs filled in: any of them may be it
         return T("stuck_any", call=f"grader.hint({ex.id!r})", todos=", ".join(map(repr, keys)))
     n, steps = store.hints_taken(ex.id).get(key, 0), len(ex.ladder[key])
     if n >= steps:

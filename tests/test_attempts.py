@@ -32,13 +32,22 @@ def _learner_function(ex):
 
 def _with_one_region_filled(ex, label: str):
     """The template with the region whose stub is `label` replaced by its solution, every other region a stub."""
+    return _with_regions_filled(ex, {label})
+
+
+def _with_regions_filled(ex, labels: set[str], old: str = "", new: str = ""):
+    """The template with the regions whose stubs are `labels` replaced by their solutions (and `old` by `new` in
+    them), every other region a stub."""
     source = notebooks.export_source(notebooks.solutions_dir() / f"{ex.notebook}.ipynb")
+    if old:
+        assert old in source
+        source = source.replace(old, new)
     lines, inside, kept = source.split("\n"), False, []
     for line in lines:
         m = BEGIN.match(line)
         if m and not inside:
             region = m.group("label").strip()
-            if (region if region.upper().startswith("TODO") else f"TODO: {region}") == label:
+            if (region if region.upper().startswith("TODO") else f"TODO: {region}") in labels:
                 inside = True
                 continue
         if inside and END.match(line):
@@ -46,8 +55,10 @@ def _with_one_region_filled(ex, label: str):
             continue
         kept.append(line)
     stubbed, _ = stub_source("\n".join(kept), ex.notebook)
-    assert f"NotImplementedError({json.dumps(label, ensure_ascii=False)})" not in stubbed
-    return getattr(notebooks.load_source(stubbed, f"attempt_{ex.notebook}_{abs(hash(label))}"), ex.function)
+    for label in labels:
+        assert f"NotImplementedError({json.dumps(label, ensure_ascii=False)})" not in stubbed
+    name = f"attempt_{ex.notebook}_{abs(hash((tuple(sorted(labels)), old, new)))}"
+    return getattr(notebooks.load_source(stubbed, name), ex.function)
 
 
 def _check(ex, fn):
@@ -119,6 +130,31 @@ def test_a_case_that_stops_at_another_exercises_todo_says_whose_it_is(progress):
                for c in stopped for p in c.problems)
     assert "a TODO of flash_decode: finish flash_decode first" in str(r).splitlines()[-1]
     assert attempts.status(r) == "failing"  # the learner's own TODO is filled in: an attempt
+
+
+def test_todos_a_later_notebook_teaches_are_left_for_it(progress):
+    """06's kernel carries 07's causal TODOs, which 06 says to leave: a report of 06 neither sends the learner to them
+    nor offers their hints (a learner walkthrough, 2026-12-03: "the cases stop first at causal A: fill it in
+    next")."""
+    ex = get("flash_attention")
+    later = set(attempts.TAUGHT_LATER)
+    assert later < set(attempts.todos(ex))
+    r = _check(ex, _with_regions_filled(ex, set(attempts.todos(ex)) - later))
+    last = str(r).splitlines()[-1]
+    assert last.startswith("NOT FINISHED YET"), last
+    assert "which notebook 07 teaches: leave it until then" in last and "fill it in next" not in last, last
+    assert not any("grader.hint(" in h for h in r.hints), r.hints
+
+
+def test_a_wrong_answer_points_at_the_hints_of_the_filled_todos_not_the_first_empty_one(progress):
+    """A wrong output comes from code the learner wrote: the "Stuck?" line offers the filled TODOs' hints, never
+    the first TODO still empty (a learner walkthrough, 2026-12-03: padded keys not masked, pointer to causal A)."""
+    ex = get("flash_attention")
+    filled = set(attempts.todos(ex)) - set(attempts.TAUGHT_LATER)
+    r = _check(ex, _with_regions_filled(ex, filled, 's = tl.where(mask_n[None, :], s, float("-inf"))\n', "\n"))
+    assert not r.passed and any(c.status == "FAIL" for c in r.cases)
+    stuck = [h for h in r.hints if "grader.hint(" in h]
+    assert len(stuck) == 1 and "causal" not in stuck[0] and "'TODO 3'" in stuck[0], stuck
 
 
 def test_the_stubs_are_found_through_wrappers_closures_classes_and_kernels():

@@ -280,7 +280,7 @@ def few_cases(monkeypatch):
 
 
 NO_KEY_NAN = "rows that see no key (cache_seqlens < N_q, or a sequence without keys) must come out 0"
-LSE = "m_i + tl.math.log2(tl.where(l_i == 0.0, 1.0, l_i))"  # a split's log-sum-exp, base 2
+LSE = "m_i + tl.math.log2(l_safe)"  # a split's log-sum-exp, base 2
 MERGE = '''    w = tl.math.exp2(lse - tl.where(m == float("-inf"), 0.0, m)[:, None])'''  # the combine's weights
 MUTANTS = [
     ("flash_decode", "    seqlen = tl.load(SeqLens + b)\n", "    seqlen = tl.load(SeqLens + b) - 1\n",
@@ -293,7 +293,7 @@ MUTANTS = [
      "looks like: causal mask missing among the new queries"),
     ("flash_decode", LSE, LSE.replace("m_i + ", ""),
      "looks like: wrong merge weights: l_s alone"),
-    ("flash_decode", LSE, "m_i + l_i",
+    ("flash_decode", LSE, "m_i + l_safe",
      "looks like: wrong merge weights: the log missing from lse_s"),
     ("flash_decode", LSE, "m_i",
      "looks like: wrong merge weights: exp(m_s − m_max) alone"),
@@ -315,8 +315,7 @@ MUTANTS = [
     ("flash_decode", "*q.stride(), *k.stride(), *v.stride(),\n        table",
      "*q.contiguous().stride(), *k.contiguous().stride(), *v.contiguous().stride(),\n        table",
      "looks like: strides ignored"),
-    ("flash_decode", "    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]\n    lse = ",
-     "    out = acc / l_i[:, None]\n    lse = ", NO_KEY_NAN),
+    ("flash_decode", "    out = acc / l_safe[:, None]\n", "    out = acc / l_i[:, None]\n", NO_KEY_NAN),
     ("flash_decode_paged", "page = tl.load(BlockTable + b * stride_tb + n0 // PAGE_SIZE).to(tl.int64)",
      "page = (b * stride_tb + n0 // PAGE_SIZE).to(tl.int64)", "looks like: block table ignored"),
     ("flash_decode_paged", "page = tl.load(BlockTable + b * stride_tb + offs_n // PAGE_SIZE, mask=in_range, other=0)",

@@ -166,3 +166,13 @@ def test_exponentials_against_the_old_max_come_without_the_generic_nan_and_overf
     assert "looks like: exponentials against the old max" in text, text
     for noise in ("-inf − (-inf)", *OVERFLOW_HINTS, "fully masked rows", "guard regions"):
         assert noise not in text, (noise, text)
+
+
+# NaN in exactly the rows that see no key is what the missing guard for those rows gives, and what dividing by their
+# zero sum inside the loop gives too: on that evidence alone the report names the guard, not a division inside the
+# loop (a learner walkthrough, 2026-12-03: "looks like: divided by l inside the loop" beside the right hint).
+@pytest.mark.parametrize("old, new", [FA[6][:2], FA[7][:2]], ids=["m_ref", "final division"])
+def test_nan_in_rows_without_keys_is_not_called_a_division_inside_the_loop(old, new):
+    r = grader.check("flash_attention", mutant("flash_attention", old, new), quiet=True, record=False)
+    assert not r.passed and "NaN in rows that see no key" in str(r), str(r)
+    assert "divided by l inside the loop" not in str(r), str(r)

@@ -647,7 +647,8 @@ class AttentionExercise(diagnosis.QuietWhenExplained, Exercise):
         if getattr(case, "simulated", None) is None:  # (a chapter's own case type may lack the field)
             case.simulated = diagnosis.memoized([b for family in self.bug_families for b in family(case)])
         hints += diagnosis.match_bugs(out64, case.expected, case.dtype, case.simulated,
-                                      overflow_prone="large" in case.tags)
+                                      overflow_prone="large" in case.tags,
+                                      empty_rows="bottom-right" in case.tags and case.n_q > case.n_k)
         bh = diagnosis.batch_head_hint(out64, case.expected, case.dtype)
         if bh:
             hints.append(bh)

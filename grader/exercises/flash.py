@@ -49,6 +49,8 @@ CASES = catalogue("exercises.flash.cases", {
     "bad_fp64": ("float64 inputs", "float64 输入"),
     "bad_head_dim_512": ("head dim 512", "头维度 512"),
     "bad_v_list": ("v is not a tensor", "v 不是张量"),
+    "bad_zero_keys": ("k and v with no keys (N_k = 0)", "k 和 v 没有 key（N_k = 0）"),
+    "bad_int32": ("int32 inputs", "int32 输入"),
     "one_block": ("one block", "单个块"),
     "batch_heads_blocks": ("batch, heads, several K/V blocks", "多 batch、多头、多个 K/V 块"),
     "ragged_nq_nk": ("ragged Nq and Nk", "Nq 和 Nk 为非整块长度"),
@@ -278,8 +280,9 @@ class FlashAttention2D(AttentionExercise):
     triton = True
     bug_families = (scale_and_mask_bugs, softmax_bugs)
     hint_texts = pick("multi-block", "scale", "large", "repeat", "dtype:float16", "dtype:bfloat16", "dtype:float32")
-    ladder = {
-        "TODO 1 (one key block)": (LADDER.later("2d_loop_idea"), LADDER.later("2d_loop_math"),
+    ladder = {  # keys: the regions' labels, which grader/todo_labels.py translates
+        "TODO 1 (one key block)": (  # not shown as is: a key
+            LADDER.later("2d_loop_idea"), LADDER.later("2d_loop_math"),
                                    LADDER.later("2d_loop_code"), LADDER.later("2d_loop_pitfalls")),
         "TODO 2 (normalise)": (LADDER.later("2d_norm_idea"), LADDER.later("2d_norm_code")),
     }
@@ -346,6 +349,10 @@ def bad_argument_builders(env) -> list[CaseBuilder]:
              ("dtype", "float64")),
         case("bad_head_dim_512", lambda g: tuple(t(g, 1, 1, 4, 512) for _ in range(3)), ("head dim", "D")),
         case("bad_v_list", lambda g: (t(g, 1, 2, 16, 32), t(g, 1, 2, 16, 32), [1.0, 2.0]), ("v", "Tensor")),
+        case("bad_zero_keys", lambda g: (t(g, 1, 2, 16, 32), t(g, 1, 2, 0, 32), t(g, 1, 2, 0, 32)),
+             ("size", ">= 1", "k")),
+        case("bad_int32", lambda g: tuple(torch.randint(-3, 4, (1, 2, 16, 32), generator=g).to(torch.int32).to(dev)
+                                          for _ in range(3)), ("dtype", "int32")),
     ]
 
 
