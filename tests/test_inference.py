@@ -7,6 +7,7 @@ bug (the specs are narrowed for speed: the interpreter runs every kernel in NumP
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from types import SimpleNamespace
@@ -440,3 +441,44 @@ def test_the_varlen_tma_path_is_off_where_the_interpreter_runs():
     mod = solution_module("10_inference")
     k = torch.zeros(8, 2, 64, dtype=torch.float16)
     assert not mod._kv_tma_ok(k, k)  # CPU tensors: pointers, as every grading case on CI
+
+
+# ---- the lesson's text (issue 25) -------------------------------------------------------------------------------
+LESSONS = (solutions_dir().parent / "notebooks" / "10_inference.ipynb",
+           solutions_dir().parent / "notebooks" / "zh" / "10_inference.ipynb")
+
+
+def _markdown(path) -> str:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def page_table_problems(text: str) -> list[str]:
+    """What the lesson gets wrong about whose page table is which: vLLM and flash_attn_with_kvcache take a dense
+    (batch, max pages) block table, FlashInfer the same mapping in CSR form (kv_indptr, kv_indices,
+    kv_last_page_len)."""
+    wrong = [s for s in ("as vLLM and FlashInfer do", "像 vLLM 和 FlashInfer 那样") if s in text]
+    missing = [s for s in ("CSR", "kv_indptr", "kv_indices", "kv_last_page_len", "flash_attn_with_kvcache")
+               if s not in text]
+    return wrong + [f"does not name {s}" for s in missing]
+
+
+def record_problems(text: str) -> list[str]:
+    """Lab-report material in the lesson: run logs, dates, 'not measured'; and no link to the chapter's notes."""
+    found = re.findall(r"run\d+_\w+\.log|20\d\d-\d\d-\d\d|not measured|没有测量|不是测出来的", text)
+    if "../results/h200/chapter-10-notes.md" not in text:
+        found.append("no link to results/h200/chapter-10-notes.md")
+    return found
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=("en", "zh"))
+def test_the_lesson_says_whose_page_table_is_dense_and_whose_is_csr(path):
+    assert not page_table_problems(_markdown(path))
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=("en", "zh"))
+def test_the_lesson_keeps_its_lab_record_in_the_chapter_notes(path):
+    assert (solutions_dir().parent / "results" / "h200" / "chapter-10-notes.md").is_file()
+    text = _markdown(path)
+    assert not record_problems(text)
+    assert path.parent.name == "zh" or len(text) < 23_000  # the learner notebook's prose, in characters

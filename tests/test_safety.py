@@ -238,3 +238,47 @@ def test_code_compiled_under_the_guard_is_treated_as_torch_treats_a_dispatch_mod
     assert out.returncode == 0, out.stderr
     plain, guarded, guards = out.stdout.split()[-3:]
     assert guarded == plain and guards == "4", out.stdout
+
+
+def test_the_interpreter_patches_triton_language_once_per_function_and_launch():
+    """The interpreter re-patches all of triton.language at every device-function call (tl.max, tl.sum and the
+    learner's helpers are device functions): the grader makes a repeat within one launch a no-op, which took 17 % off
+    a failing notebook-06 check. Outside a launch, and in the next launch, every call patches again."""
+    from grader.safety import bounds
+
+    calls = []
+
+    def original(fn):
+        calls.append(fn)
+        return ("scope", fn)
+
+    patch = bounds._patch_lang_once(original, lambda: "no-op scope")
+    patch("f"), patch("f")
+    assert calls == ["f", "f"]  # no launch running: nothing is skipped
+    launch = bounds._one_launch(lambda self: [patch("f"), patch("f"), patch("g"), patch("f")])
+    assert launch(None) == [("scope", "f"), "no-op scope", ("scope", "g"), "no-op scope"]
+    assert calls == ["f", "f", "f", "g"]
+    launch(None)  # a new launch patches again
+    assert calls[4:] == ["f", "g"]
+
+
+def test_the_patch_memo_is_installed_and_kernels_with_device_functions_stay_right():
+    if not grader.setup(quiet=True).interpreter:
+        pytest.skip("the memo is the interpreter's")
+    import triton.runtime.interpreter as interp
+
+    assert getattr(interp._patch_lang, "__wrapped__", None) is not None
+
+    @triton.jit
+    def _row_max_twice(x_ptr, out_ptr, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        x = tl.load(x_ptr + tl.program_id(0) * N + offs)
+        m = tl.max(x, 0)
+        for _ in range(3):  # device functions called again and again within the launch
+            m = tl.maximum(m, tl.max(x * 0.5, 0))
+        tl.store(out_ptr + tl.program_id(0), m + tl.sum(x, 0) * 0)
+
+    x = torch.randn(4, 16)
+    out = torch.empty(4)
+    _row_max_twice[(4,)](x, out, N=16)
+    torch.testing.assert_close(out, torch.maximum(x.amax(1), (0.5 * x).amax(1)))

@@ -7,8 +7,9 @@ guard regions, maybe strided, the paged cache scattered into shuffled pages of a
 (splits, pages, packing) reaches the answer. The bug models simulate the classic mistakes in fp64 on the same
 inputs; the ones that depend on a kernel's split boundaries try the boundaries a kernel plausibly uses.
 
-cases.py holds the cases and their lists, bugs.py the bug simulations, this module the hints and the exercises
-(which look the case lists up here, so a test can patch them on the package).
+cases.py holds the cases and their lists, bugs.py the bug simulations, ladders.py the hints a learner asks for
+(grader.hint), this module the failure hints and the exercises (which look the case lists up here, so a test can
+patch them on the package).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .cases import (  # noqa: F401 - importable here as before the split (tests 
     varlen_case,
     varlen_specs,
 )
+from .ladders import LADDERS
 
 T = catalogue("exercises.inference", {
     # -- exercise titles
@@ -296,6 +298,7 @@ class ServingExercise(Exercise):
 
 class FlashDecode(ServingExercise):
     hint_texts = DECODE_HINTS
+    ladder = LADDERS["flash_decode"]
 
     def specs(self, env):
         return decode_specs(env)
@@ -317,6 +320,7 @@ class FlashDecode(ServingExercise):
 
 class FlashDecodePaged(ServingExercise):
     hint_texts = PAGED_HINTS
+    ladder = LADDERS["flash_decode_paged"]
     make = staticmethod(paged_case)
 
     def specs(self, env):
@@ -340,6 +344,7 @@ class FlashDecodePaged(ServingExercise):
 
 class FlashAttentionVarlen(ServingExercise):
     hint_texts = VARLEN_HINTS
+    ladder = LADDERS["flash_attention_varlen"]
     make = staticmethod(varlen_case)
 
     def specs(self, env):
