@@ -99,6 +99,90 @@ CASES = catalogue("exercises.performance.cases", {
 })
 case_name = case_namer(CASES)
 
+# Hint ladders (grader.hint): per TODO region, the idea, the math, then the shape of the code, never the line itself
+LADDER = catalogue("exercises.performance.ladder", {
+    "exp_idea": (
+        "This is notebook 05's online-softmax update; only the base of the exponentials changes. With USE_EXP2, qk "
+        "already holds the scaled score minus the new max in base-2 units, so its base-2 exponential is the "
+        "probability; the correction between the old and the new max is the same kind of exponential.",
+        "这一步就是 notebook 05 的在线 softmax 更新，变的只是指数的底。USE_EXP2 时，qk 里已经是以 2 为底的单位下"
+        "“缩放后的分数减去新的最大值”，它的以 2 为底的指数就是概率；新旧最大值之间的修正因子也是同一种指数。"),
+    "exp_math": (
+        "Base 2: p = 2^qk and α = 2^(m_i − m_new). Base e: p = e^qk and α = e^(m_i − m_new). Both against m_new, the "
+        "max after this block: α ≤ 1 shrinks the old sums when the max grew, and is exactly 1 when it did not.",
+        "以 2 为底：p = 2^qk，α = 2^(m_i − m_new)。以 e 为底：p = e^qk，α = e^(m_i − m_new)。两者都相对于 m_new，"
+        "即并入这一块之后的最大值：最大值变大时 α ≤ 1 把旧的和缩小，没变时 α 恰好是 1。"),
+    "exp_code": (
+        "tl.math.exp2 in the USE_EXP2 branch, tl.exp in the other, each elementwise: on the (BLOCK_M, BLOCK_N) tile "
+        "for p, on the (BLOCK_M,) vectors for alpha. Swapping the two functions does not crash; it scales every "
+        "score by ln 2 or by log2(e), and the check's bug models name exactly that.",
+        "USE_EXP2 分支用 tl.math.exp2，另一个分支用 tl.exp，都是逐元素计算：p 作用在 (BLOCK_M, BLOCK_N) 的 tile "
+        "上，alpha 作用在 (BLOCK_M,) 的向量上。把两个函数用反了不会报错，只是每个分数都被多乘了 ln 2 或 log2(e)，"
+        "检查的错误模型会直接点出这一点。"),
+    "scale_idea": (
+        "The hardware computes base-2 exponentials, and e^y = 2^(y·log2 e). Every raw score is multiplied by the "
+        "softmax scale anyway: fold the constant into that scale, once per program, and the inner loop needs no "
+        "extra multiplication per score.",
+        "硬件算的是以 2 为底的指数，而 e^y = 2^(y·log2 e)。每个原始分数本来就要乘 softmax 缩放系数：把这个常数"
+        "并进缩放系数里，每个 program 乘一次，内层循环里每个分数就不必再多乘一次。"),
+    "scale_math": (
+        "You want 2^(qk_scale · x) = e^(sm_scale · x) for every x. Take log2 of both sides: qk_scale · x = "
+        "sm_scale · x · log2(e), so qk_scale is sm_scale times log2(e) = 1/ln 2 ≈ 1.4427.",
+        "要让任意 x 都满足 2^(qk_scale · x) = e^(sm_scale · x)。两边取 log2：qk_scale · x = sm_scale · x · log2(e)，"
+        "所以 qk_scale 是 sm_scale 乘以 log2(e) = 1/ln 2 ≈ 1.4427。"),
+    "scale_code": (
+        "One multiplication, with log2(e) written as a float literal to full double precision. Forget it and the "
+        "softmax is too flat (σ · ln 2); apply it twice, or use tl.exp on base-2 scores, and it is too sharp.",
+        "一次乘法，log2(e) 写成完整双精度的浮点字面量。漏了它，softmax 会太平（相当于 σ · ln 2）；乘了两次，或者对"
+        "以 2 为底的分数用 tl.exp，又会太尖。"),
+    "split_idea": (
+        "The block's rows run from pid_m·BLOCK_M to (pid_m+1)·BLOCK_M − 1. Its first row sees the fewest keys, its "
+        "last row the most. What every row sees, in whole key blocks, needs no mask; what lies between that and the "
+        "last key any row sees keeps the mask; the rest is never loaded.",
+        "这个 Q 块的行从 pid_m·BLOCK_M 到 (pid_m+1)·BLOCK_M − 1。第一行看到的 key 最少，最后一行最多。"
+        "每一行都看得到的部分，按完整的 key 块算，不需要掩码；从那里到任意一行能看到的最后一个 key 之间，保留掩码；"
+        "其余的根本不加载。"),
+    "split_math": (
+        "Causal (row i sees the keys j ≤ i): masked_end = min(N_k, (pid_m+1)·BLOCK_M), and unmasked_end = "
+        "min(N_k, pid_m·BLOCK_M) rounded down to a multiple of BLOCK_N. Not causal: masked_end = N_k, unmasked_end = "
+        "N_k rounded down to a multiple of BLOCK_N. Section 4's paper example: 128 and 192 causal, 192 and 200 not.",
+        "因果（第 i 行看得到 j ≤ i 的 key）：masked_end = min(N_k, (pid_m+1)·BLOCK_M)，unmasked_end = "
+        "min(N_k, pid_m·BLOCK_M) 向下取整到 BLOCK_N 的倍数。非因果：masked_end = N_k，unmasked_end = N_k 向下取整到 "
+        "BLOCK_N 的倍数。第 4 节的纸上例子：因果时是 128 和 192，非因果时是 192 和 200。"),
+    "split_code": (
+        "tl.minimum for the smaller of two scalars; integer floor division, then multiplication by BLOCK_N, for the "
+        "rounding down. BLOCK_M where rows of Q are counted, BLOCK_N for key blocks: the check's non-square tiles "
+        "catch a swap. An unmasked_end past the keys reads beyond N_k without a mask (NaN from the guard regions); a "
+        "masked_end too small drops keys, on the SPLIT=False path too.",
+        "两个标量取较小值用 tl.minimum；向下取整用整数整除再乘以 BLOCK_N。数 Q 的行用 BLOCK_M，数 key 块用 BLOCK_N："
+        "检查里 BLOCK_M ≠ BLOCK_N 的 tile 会抓出用反的情况。unmasked_end 超出 key 的范围，就会不加掩码地读到 N_k "
+        "之外（保护区会让结果变成 NaN）；masked_end 太小会丢掉 key，SPLIT=False 的路径也一样。"),
+    "smem_idea": (
+        "Count the tiles that sit in shared memory at the same time, then turn elements into bytes. The Q tile "
+        "stays for the whole key loop; K and V stream through a pipeline of num_stages buffers.",
+        "数一数同时放在共享内存里的 tile，再把元素个数换算成字节。Q tile 在整个 key 循环期间常驻；K 和 V 流经 "
+        "num_stages 个缓冲区组成的流水线。"),
+    "smem_math": (
+        "Q: block_m × block_d elements, once. Each stage: one K tile and one V tile of block_n × block_d elements. "
+        "Everything times element_size bytes. Check: 128×128 tiles at D = 128 in fp16 with 3 stages is 224 KiB.",
+        "Q：block_m × block_d 个元素，只算一次。每个 stage：一个 K tile 和一个 V tile，各 block_n × block_d 个元素。"
+        "全部乘以 element_size 字节。核对：D = 128、fp16、128×128 tile、3 个 stage，一共 224 KiB。"),
+    "smem_code": (
+        "One integer expression of the five arguments, returned as an int. The slips the check names: Q counted in "
+        "every stage, one tile per stage instead of two, or elements instead of bytes.",
+        "用这五个参数写一个整数表达式，返回 int。检查会点名的几种失误：每个 stage 都算了一个 Q tile，每个 stage 只算"
+        "了一个 tile 而不是两个，或者算的是元素个数而不是字节数。"),
+})
+
+ATTENTION_WITH_LADDER = {  # keys: the regions' labels, which grader/todo_labels.py translates
+    "exp2 in the online softmax": (  # not shown as is: a region's label
+        LADDER.later("exp_idea"), LADDER.later("exp_math"), LADDER.later("exp_code")),
+    "exp2 scale": (LADDER.later("scale_idea"), LADDER.later("scale_math"), LADDER.later("scale_code")),
+    "split bounds": (LADDER.later("split_idea"), LADDER.later("split_math"), LADDER.later("split_code")),
+}
+SMEM_LADDER = {"shared-memory estimate": (LADDER.later("smem_idea"), LADDER.later("smem_math"),
+                                          LADDER.later("smem_code"))}
+
 
 def exp2_bugs(case: AttentionCase) -> list[BugModel]:
     """The two ways an exp2 change gets the base wrong: log2(e) missing from the scale, or applied once too often."""
@@ -124,6 +208,7 @@ class AttentionWith(AttentionExercise):
     triton = True
     budget_s = 60.0
     bug_families = (scale_and_mask_bugs, softmax_bugs, exp2_bugs)
+    ladder = ATTENTION_WITH_LADDER
     hint_texts = pick("causal", "ragged", "multi-block", "repeat", "dtype:float16", **{
         "non-square": T.later("hint_non_square"), "exp": T.later("hint_exp"), "no-split": T.later("hint_no_split")})
 
@@ -169,6 +254,7 @@ class SmemBytes(Exercise):
     """smem_bytes(block_m, block_n, block_d, element_size, num_stages): exact bytes, against the course's model
     (grader.device.attention_smem_bytes, which section 6 checks against the compiler's own figure)."""
     budget_s = 10.0
+    ladder = SMEM_LADDER
 
     def repeat_builder(self, builders):
         return None  # plain integers in, one integer out: nothing to cache by shape
@@ -213,6 +299,8 @@ RUNS = 5  # do_bench medians per provider, interleaved
 class FlashAttentionFast(FlashAttention):
     keep_on_pass = False
     bug_families = FlashAttention.bug_families + (exp2_bugs,)
+    # its TODOs are attention_with's and smem_bytes' (the kernel and its pruning): their ladders, not notebook 06's
+    ladder = {**ATTENTION_WITH_LADDER, **SMEM_LADDER}
     # graded on notebook 06's cases but the bottom-right ones (causal_align belongs to notebook 07's kernel)
     hint_texts = {tag: text for tag, text in FlashAttention.hint_texts.items()
                   if tag not in ("bottom-right", "one-more-key")}
