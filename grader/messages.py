@@ -84,6 +84,8 @@ def catalogue(namespace: str, entries: dict[str, tuple[str, str]]) -> Callable[.
         return say(f"{namespace}.{key}", **values)
     render.namespace = namespace  # type: ignore[attr-defined]
     render.later = lambda key, **values: Text(f"{namespace}.{key}", **values)  # type: ignore[attr-defined]
+    # a hint ladder's steps, in order: T.steps("a_1", "a_2") is (T.later("a_1"), T.later("a_2"))
+    render.steps = lambda *keys: tuple(Text(f"{namespace}.{k}") for k in keys)  # type: ignore[attr-defined]
     return render
 
 

@@ -81,15 +81,12 @@ T = catalogue("exercises.attention.ladder", {
 })
 
 
-def _steps(*keys: str) -> tuple[Text, ...]:
-    return tuple(T.later(k) for k in keys)
-
-
 LADDERS: dict[str, dict[str, tuple[Text, ...]]] = {
-    "naive_attention": {"": _steps("naive_1", "naive_2", "naive_3")},
+    "naive_attention": {"": T.steps("naive_1", "naive_2", "naive_3")},
     "tiled_attention": {
-        "initial state (TODO 1)": _steps("init_1", "init_2"),
-        "update for one tile (TODO 2)": _steps("update_1", "update_2", "update_3"),  # not shown: keys are region labels
-        "final normalisation (TODO 3)": _steps("final_1", "final_2", "final_3"),
+        "initial state (TODO 1)": T.steps("init_1", "init_2"),
+        "update for one tile (TODO 2)":  # not shown: keys are region labels
+            T.steps("update_1", "update_2", "update_3"),
+        "final normalisation (TODO 3)": T.steps("final_1", "final_2", "final_3"),
     },
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import diagnosis, oracle
-from ..messages import Text, catalogue
+from ..messages import catalogue
 from ..tolerances import softmax_tolerance
 from .base import BugModel, Case, Exercise, case_namer, dtype_tag, on, randn, with_inputs
 from .softmax import SoftmaxCase, overflow_hint, row_softmax_bugs
@@ -151,14 +151,10 @@ LADDER = catalogue("exercises.primer.ladder", {
 })
 
 
-def _steps(*keys: str) -> tuple[Text, ...]:
-    return tuple(LADDER.later(k) for k in keys)
-
-
 
 class VectorAdd(Exercise):
     triton = True
-    ladder = {"": _steps("add_1", "add_2", "add_3")}
+    ladder = {"": LADDER.steps("add_1", "add_2", "add_3")}
     hint_texts = {"ragged": T.later("add_ragged"), "dtype:float16": T.later("add_fp16")}
 
     def case_builders(self, env):
@@ -190,7 +186,7 @@ def _padding_bug(case: SoftmaxCase) -> list[BugModel]:
 
 
 class RowSoftmax(Exercise):
-    ladder = {"": _steps("softmax_1", "softmax_2", "softmax_3")}
+    ladder = {"": LADDER.steps("softmax_1", "softmax_2", "softmax_3")}
     triton = True
     hint_texts = {"ragged": T.later("softmax_ragged"), "large": T.later("softmax_large"),
                   "dtype:float16": T.later("softmax_fp16"), "strided": T.later("softmax_strided")}
@@ -227,9 +223,9 @@ class RowSoftmax(Exercise):
 
 class TiledMatmul(Exercise):
     triton = True
-    ladder = {"matmul TODO 1 (tile offsets)": _steps("offs_1", "offs_2"),
-              "matmul TODO 2 (the K loop)": _steps("kloop_1", "kloop_2", "kloop_3"),
-              "matmul TODO 3 (store the tile)": _steps("store_1", "store_2")}  # not shown: keys are region labels
+    ladder = {"matmul TODO 1 (tile offsets)": LADDER.steps("offs_1", "offs_2"),
+              "matmul TODO 2 (the K loop)": LADDER.steps("kloop_1", "kloop_2", "kloop_3"),
+              "matmul TODO 3 (store the tile)": LADDER.steps("store_1", "store_2")}  # not shown: keys are region labels
     hint_texts = {"ragged": T.later("matmul_ragged"), "dtype:float16": T.later("matmul_fp16"),
                   "strided": T.later("matmul_strided")}
 

@@ -243,31 +243,27 @@ T = catalogue("exercises.backward", {  # the chapter's namespace (see __init__.p
 })
 
 
-def _steps(*keys: str) -> tuple[Text, ...]:
-    return tuple(T.later(k) for k in keys)
-
-
 #: exercise id -> its ladder (region label -> steps). The labels are keys: the hint's heading shows a label as
 #: grader/todo_labels.py gives it in the notebook's language.
 LADDERS: dict[str, dict[str, tuple[Text, ...]]] = {
     "attention_backward": {
-        "attention_backward": _steps("ladder_pt_1", "ladder_pt_2", "ladder_pt_3")},
+        "attention_backward": T.steps("ladder_pt_1", "ladder_pt_2", "ladder_pt_3")},
     "flash_attention_forward": {
-        "lse": _steps("ladder_lse_1", "ladder_lse_2", "ladder_lse_3"),
-        "lse allocation": _steps("ladder_lsealloc_1", "ladder_lsealloc_2", "ladder_lsealloc_3")},
+        "lse": T.steps("ladder_lse_1", "ladder_lse_2", "ladder_lse_3"),
+        "lse allocation": T.steps("ladder_lsealloc_1", "ladder_lsealloc_2", "ladder_lsealloc_3")},
     "flash_attention_backward": {
-        "Δ": _steps("ladder_delta_1", "ladder_delta_2", "ladder_delta_3"),
-        "dK/dV step": _steps("ladder_dkdv_1", "ladder_dkdv_2", "ladder_dkdv_3", "ladder_dkdv_4"),
-        "dK/dV causal range": _steps("ladder_range_1", "ladder_range_2", "ladder_range_3"),  # not shown: a label
-        "GQA": _steps("ladder_gqa_1", "ladder_gqa_2"),
-        "scale dK": _steps("ladder_scale_dk_1", "ladder_scale_dk_2", "ladder_scale_dk_3"),
-        "dQ step": _steps("ladder_dq_1", "ladder_dq_2", "ladder_dq_3"),
-        "scale dQ": _steps("ladder_scale_dq_1", "ladder_scale_dq_2"),
-        "checks": _steps("ladder_checks_1", "ladder_checks_2")},
+        "Δ": T.steps("ladder_delta_1", "ladder_delta_2", "ladder_delta_3"),
+        "dK/dV step": T.steps("ladder_dkdv_1", "ladder_dkdv_2", "ladder_dkdv_3", "ladder_dkdv_4"),
+        "dK/dV causal range": T.steps("ladder_range_1", "ladder_range_2", "ladder_range_3"),  # not shown: a label
+        "GQA": T.steps("ladder_gqa_1", "ladder_gqa_2"),
+        "scale dK": T.steps("ladder_scale_dk_1", "ladder_scale_dk_2", "ladder_scale_dk_3"),
+        "dQ step": T.steps("ladder_dq_1", "ladder_dq_2", "ladder_dq_3"),
+        "scale dQ": T.steps("ladder_scale_dq_1", "ladder_scale_dq_2"),
+        "checks": T.steps("ladder_checks_1", "ladder_checks_2")},
     "flash_attention_backward_atomic": {
-        "dQ share": _steps("ladder_share_1", "ladder_share_2", "ladder_share_3"),
-        "dQ atomic add": _steps("ladder_atomic_1", "ladder_atomic_2", "ladder_atomic_3")},  # not shown: a label
+        "dQ share": T.steps("ladder_share_1", "ladder_share_2", "ladder_share_3"),
+        "dQ atomic add": T.steps("ladder_atomic_1", "ladder_atomic_2", "ladder_atomic_3")},  # not shown: a label
     "flash_attention_autograd": {
-        "autograd forward": _steps("ladder_agf_1", "ladder_agf_2"),
-        "autograd backward": _steps("ladder_agb_1", "ladder_agb_2")},
+        "autograd forward": T.steps("ladder_agf_1", "ladder_agf_2"),
+        "autograd backward": T.steps("ladder_agb_1", "ladder_agb_2")},
 }

@@ -179,20 +179,16 @@ T = catalogue("exercises.inference.ladder", {
 })
 
 
-def _steps(*keys: str) -> tuple[Text, ...]:
-    return tuple(T.later(k) for k in keys)
-
-
 #: exercise id -> its ladder (Exercise.ladder): key = the region's label (grader/todo_labels.py translates it)
 LADDERS: dict[str, dict[str, tuple[Text, ...]]] = {
     "flash_decode": {
-        "GQA packing": _steps("packing_1", "packing_2", "packing_3"),
-        "split body": _steps("body_1", "body_2", "body_3", "body_4"),
-        "merge weights": _steps("merge_1", "merge_2", "merge_3")},
+        "GQA packing": T.steps("packing_1", "packing_2", "packing_3"),
+        "split body": T.steps("body_1", "body_2", "body_3", "body_4"),
+        "merge weights": T.steps("merge_1", "merge_2", "merge_3")},
     "flash_decode_paged": {
-        "page lookup": _steps("page_1", "page_2", "page_3")},
+        "page lookup": T.steps("page_1", "page_2", "page_3")},
     "flash_attention_varlen": {
-        "sequence bounds": _steps("bounds_1", "bounds_2"),
-        "causal shift": _steps("shift_1", "shift_2"),
-        "causal loop bounds": _steps("loop_1", "loop_2", "loop_3")},  # not shown: a label
+        "sequence bounds": T.steps("bounds_1", "bounds_2"),
+        "causal shift": T.steps("shift_1", "shift_2"),
+        "causal loop bounds": T.steps("loop_1", "loop_2", "loop_3")},  # not shown: a label
 }
