@@ -44,7 +44,6 @@ catalogue(NAMESPACE, {
     "TODO: exp2 in the online softmax": ("TODO: exp2 in the online softmax", "在线 softmax 里的 TODO（exp2）"),
     "TODO: exp2 scale": ("TODO: exp2 scale", "TODO（exp2 scale）"),
     "TODO: split bounds": ("TODO: split bounds", "TODO（split bounds，把 key 区间分成两段）"),
-    "TODO: measurement loop": ("TODO: measurement loop", "TODO（measurement loop，测量循环）"),
     "TODO: shared-memory estimate": ("TODO: shared-memory estimate", "TODO（共享内存）"),
     # 09: the Chinese notebook keeps these tags in English
     "TODO: attention_backward": ("TODO: attention_backward", "TODO：求 dq、dk、dv（attention_backward）"),
