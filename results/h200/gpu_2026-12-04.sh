@@ -1,0 +1,15 @@
+#!/bin/bash
+# GPU work of 2026-12-04 (issue 29: dS once in shared memory, Q/dO by TMA; issue 24: notebook 08's demos on a GPU).
+# Run on the H200 from the repository root: bash results/h200/gpu_2026-12-04.sh STEP; logs under $OUT.
+set -u
+export PYTHONPATH=$PWD
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.backends.cudnn.version())" >> "$OUT/gpu.txt"
+case "${1:-fp16}" in
+  fp16) timeout 560 python results/h200/backward_dsmem_2026-12-04.py --out "$OUT/dsmem" --dtypes float16 --sass \
+          2>&1 | tee "$OUT/dsmem_fp16.log" | grep -v Warning ;;
+  bf16) timeout 560 python results/h200/backward_dsmem_2026-12-04.py --out "$OUT/dsmem" --dtypes bfloat16 \
+          --long 2>&1 | tee "$OUT/dsmem_bf16.log" | grep -v Warning ;;
+  nb08) timeout 560 python -m pytest -q --nbval-lax notebooks/08_performance.ipynb 2>&1 | tee "$OUT/nb08.log" | tail -30 ;;
+esac
