@@ -13,3 +13,8 @@ case "${1:-fp16}" in
           --long 2>&1 | tee "$OUT/dsmem_bf16.log" | grep -v Warning ;;
   nb08) timeout 560 python -m pytest -q --nbval-lax notebooks/08_performance.ipynb 2>&1 | tee "$OUT/nb08.log" | tail -30 ;;
 esac
+# second call: smaller query tiles at D = 128 (register pressure), fp16
+case "${1:-}" in
+  sweep) timeout 560 python results/h200/backward_dsmem_2026-12-04.py --out "$OUT/dsmem" --dtypes float16 --dims 128 \
+           --sweep "32,128,8,3;32,128,8,4;32,128,4,3;64,128,8,2;64,64,4,3" 2>&1 | tee "$OUT/dsmem_sweep.log" | grep -v Warning | tail -40 ;;
+esac
