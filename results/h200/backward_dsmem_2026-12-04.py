@@ -223,7 +223,8 @@ def one_problem(B, H, n, d, causal, dtype, a) -> list[str]:
             variants[f"both {cfg}"] = (lambda cfg=cfg: backward(q, k, v, o, lse, do, causal, transposed_dq=True,
                                                                 tma_loads=True, cfg=cfg))
     bm, bn, w, s = fused
-    for cfg in [] if a.sweep else {(bm, bn, w, 2), (bm, bn, w, 3), (64, 128, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3)} - {fused}:
+    more = {(bm, bn, w, 2), (bm, bn, w, 3), (64, 128, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3)} - {fused}
+    for cfg in [] if a.sweep else more:
         variants[f"both {cfg}"] = (lambda cfg=cfg: backward(q, k, v, o, lse, do, causal, transposed_dq=True,
                                                             tma_loads=True, cfg=cfg))
     if not a.sweep:
