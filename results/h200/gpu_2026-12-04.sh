@@ -18,3 +18,8 @@ case "${1:-}" in
   sweep) timeout 560 python results/h200/backward_dsmem_2026-12-04.py --out "$OUT/dsmem" --dtypes float16 --dims 128 \
            --sweep "32,128,8,3;32,128,8,4;32,128,4,3;64,128,8,2;64,64,4,3" 2>&1 | tee "$OUT/dsmem_sweep.log" | grep -v Warning | tail -40 ;;
 esac
+# the Gluon backward (FlashAttention-3's structure): fp64 check, then beside cuDNN / FLASH / 09's one kernel
+case "${1:-}" in
+  gluon) timeout 560 python results/h200/gluon_bwd_hopper_2026-12-04.py --bench --out "$OUT/gluon" \
+           --dims "${2:-128,64}" --dtypes "${3:-float16}" ${4:-} 2>&1 | tee "$OUT/gluon_bwd.log" | grep -v Warning | tail -40 ;;
+esac
