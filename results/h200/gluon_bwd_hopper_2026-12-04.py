@@ -70,27 +70,56 @@ def _q_range(start_n, N_Q, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL:
 
 
 @gluon.jit
-def _loader(q_desc, do_desc, q_smem, do_smem, ready, empty, head0, start_n, N_Q, GROUP,
-            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """Producer: the Q and dO blocks of every query head of the group, in the consumers' order."""
-    first, diag, n_blocks = _q_range(start_n, N_Q, BLOCK_M, BLOCK_N, CAUSAL)
-    it = 0
-    for g in range(GROUP):
-        row0 = (head0 + g) * N_Q
-        for mb in range(first, n_blocks):
-            s = it % NUM_STAGES
-            mbarrier.wait(empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)  # passes at once on the first lap
-            mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [row0 + mb * BLOCK_M, 0], ready.index(s), q_smem.index(s))
-            tma.async_copy_global_to_shared(do_desc, [row0 + mb * BLOCK_M, 0], ready.index(s), do_smem.index(s))
-            it += 1
+def _add_dq(DQ, dq_smem, dq_ready, dq_empty, j, row0, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+            WRITER_WARPS: gl.constexpr):
+    """The writer's half of dQ: block j's dQ tile, left in shared memory by the consumers, added into DQ."""
+    b = j % 2
+    mbarrier.wait(dq_ready.index(b), (j // 2) & 1)
+    chunk: gl.constexpr = 8
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [WRITER_WARPS, 1], [1, 0])
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    for r in gl.static_range(0, BLOCK_M, chunk):
+        tile = dq_smem.index(b).slice(r, chunk, dim=0).load(layout)
+        rows = row0 + r + gl.arange(0, chunk, layout=gl.SliceLayout(1, layout))
+        offs = gl.expand_dims(rows.to(gl.int64) * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+        gl.atomic_add(DQ + offs, tile, sem="relaxed")
+    gl.thread_barrier()
+    mbarrier.arrive(dq_empty.index(b))
 
 
 @gluon.jit
-def _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, ready, empty, LSE, Delta, DQ,
+def _loader(q_desc, do_desc, q_smem, do_smem, ready, empty, dq_smem, dq_ready, dq_empty, DQ, head0, start_n, N_Q,
+            GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+            HEAD_DIM: gl.constexpr, WRITER: gl.constexpr, WRITER_WARPS: gl.constexpr):
+    """Producer: the Q and dO blocks of every query head of the group, in the consumers' order. WRITER: also adds
+    each block's dQ tile into DQ, one block behind the loads, so that the consumers never wait on the adds."""
+    first, diag, n_blocks = _q_range(start_n, N_Q, BLOCK_M, BLOCK_N, CAUSAL)
+    per_head = n_blocks - first
+    total = GROUP * per_head
+    prev_row = 0
+    for it in range(total):
+        row = (head0 + it // per_head) * N_Q + (first + it % per_head) * BLOCK_M
+        s = it % NUM_STAGES
+        mbarrier.wait(empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)  # passes at once on the first lap
+        mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row, 0], ready.index(s), q_smem.index(s))
+        tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(s), do_smem.index(s))
+        if WRITER:
+            if it > 0:
+                _add_dq(DQ, dq_smem, dq_ready, dq_empty, it - 1, prev_row, HEAD_DIM, BLOCK_M, WRITER_WARPS)
+        prev_row = row
+    if WRITER:
+        if total > 0:
+            _add_dq(DQ, dq_smem, dq_ready, dq_empty, total - 1, prev_row, HEAD_DIM, BLOCK_M, WRITER_WARPS)
+
+
+@gluon.jit
+def _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready, dq_empty, ready,
+           empty, LSE, Delta, DQ,
            start_n, N_Q, qk_scale, sm_scale, st_layout: gl.constexpr, kv_layout: gl.constexpr,
            dq_layout: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-           NUM_STAGES: gl.constexpr, MASKED: gl.constexpr):
+           NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, DQ_MODE: gl.constexpr,
+           EARLY_DP: gl.constexpr, DQ_FIRST: gl.constexpr):
     dtype: gl.constexpr = k_smem.dtype
     s = it % NUM_STAGES
     rows = head * N_Q + mb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, st_layout))
@@ -101,8 +130,11 @@ def _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, ready
     do_blk = do_smem.index(s)
     zero_st = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
     st_tok = warpgroup_mma(k_smem, q_blk.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-    dpt_tok = warpgroup_mma(v_smem, do_blk.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-    st = warpgroup_mma_wait(1, deps=(st_tok,))
+    if EARLY_DP:  # dPᵀ on the tensor cores while the exponentials run (one more 64-register tile live)
+        dpt_tok = warpgroup_mma(v_smem, do_blk.permute((1, 0)), zero_st, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(1, deps=(st_tok,))
+    else:
+        st = warpgroup_mma_wait(0, deps=(st_tok,))
     pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
     if MASKED:
         q_idx = mb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, st_layout))
@@ -110,28 +142,72 @@ def _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, ready
         pt = gl.where(gl.expand_dims(q_idx, 0) >= gl.expand_dims(k_idx, 1), pt, 0.0)
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     dv_tok = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_blk, dv, is_async=True)
+    if not EARLY_DP:
+        dpt_tok = warpgroup_mma(v_smem, do_blk.permute((1, 0)), zero_st, use_acc=False, is_async=True)
     dpt = warpgroup_mma_wait(1, deps=(dpt_tok,))
     ds16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+    if DQ_MODE == 3:  # dQ before dK; the tile goes to shared memory, the producer partition adds it
+        ds_buf = ds_smem.index(it % 2)
+        ds_buf.store(ds16)
+        fence_async_shared()
+        gl.thread_barrier()  # both warp groups' rows of dSᵀ are in shared memory
+        zero_dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
+        dq_tok = warpgroup_mma(ds_buf.permute((1, 0)), k_smem, zero_dq, use_acc=False, is_async=True)
+        dk_tok = warpgroup_mma(gl.convert_layout(ds16, a_layout), q_blk, dk, is_async=True)
+        dv, dq = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok))
+        b = it % 2
+        mbarrier.wait(dq_empty.index(b), ((it // 2) & 1) ^ 1)
+        dq_smem.index(b).store(dq * sm_scale)
+        gl.thread_barrier()
+        mbarrier.arrive(dq_ready.index(b))
+        dk = warpgroup_mma_wait(0, deps=(dk_tok,))
+        mbarrier.arrive(empty.index(s))
+        return dk, dv
+    if DQ_FIRST and DQ_MODE == 0:  # FlashAttention-3's order: dQ before dK, its adds under dK's product
+        ds_buf = ds_smem.index(it % 2)
+        ds_buf.store(ds16)
+        fence_async_shared()
+        gl.thread_barrier()  # both warp groups' rows of dSᵀ are in shared memory
+        zero_dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
+        dq_tok = warpgroup_mma(ds_buf.permute((1, 0)), k_smem, zero_dq, use_acc=False, is_async=True)
+        dk_tok = warpgroup_mma(gl.convert_layout(ds16, a_layout), q_blk, dk, is_async=True)
+        dv, dq = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok))
+        q_rows = head * N_Q + mb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dq_layout))
+        offs = gl.expand_dims(q_rows.to(gl.int64) * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+        gl.atomic_add(DQ + offs, dq * sm_scale, sem="relaxed")
+        dk = warpgroup_mma_wait(0, deps=(dk_tok,))
+        mbarrier.arrive(empty.index(s))
+        return dk, dv
     dk_tok = warpgroup_mma(gl.convert_layout(ds16, a_layout), q_blk, dk, is_async=True)
-    ds_buf = ds_smem.index(it % 2)
-    ds_buf.store(ds16)
-    fence_async_shared()
-    gl.thread_barrier()  # both warp groups' rows of dSᵀ are in shared memory
-    zero_dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
-    dq_tok = warpgroup_mma(ds_buf.permute((1, 0)), k_smem, zero_dq, use_acc=False, is_async=True)
-    dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
-    mbarrier.arrive(empty.index(s))
-    q_rows = head * N_Q + mb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dq_layout))
-    offs = gl.expand_dims(q_rows.to(gl.int64) * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
-    gl.atomic_add(DQ + offs, dq * sm_scale, sem="relaxed")
+    if DQ_MODE == 2:  # timing only: no dQ at all (the dK/dV kernel's four products)
+        dv, dk = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok))
+        mbarrier.arrive(empty.index(s))
+    else:
+        ds_buf = ds_smem.index(it % 2)
+        ds_buf.store(ds16)
+        fence_async_shared()
+        gl.thread_barrier()  # both warp groups' rows of dSᵀ are in shared memory
+        zero_dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
+        dq_tok = warpgroup_mma(ds_buf.permute((1, 0)), k_smem, zero_dq, use_acc=False, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
+        mbarrier.arrive(empty.index(s))
+        q_rows = head * N_Q + mb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dq_layout))
+        offs = gl.expand_dims(q_rows.to(gl.int64) * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+        if DQ_MODE == 0:
+            gl.atomic_add(DQ + offs, dq * sm_scale, sem="relaxed")
+        else:  # timing only: a plain store in place of the adds (wrong dQ: what the adds cost)
+            gl.store(DQ + offs, dq * sm_scale)
     return dk, dv
 
 
 @gluon.jit
-def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, ready, empty, LSE, Delta, DQ, DK, DV,
+def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready, dq_empty, kv_bar, ready, empty, LSE,
+              Delta, DQ, DK, DV,
               head0, kv_row0, start_n, N_Q, GROUP, qk_scale, sm_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr,
+              EARLY_DP: gl.constexpr, DQ_FIRST: gl.constexpr):
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
                                                         instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
@@ -146,14 +222,16 @@ def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, ready, empty, LS
     for g in range(GROUP):
         head = head0 + g
         for mb in range(first, diag):
-            dk, dv = _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, ready, empty, LSE,
+            dk, dv = _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready,
+                            dq_empty, ready, empty, LSE,
                             Delta, DQ, start_n, N_Q, qk_scale, sm_scale, st_layout, kv_layout, dq_layout, BLOCK_M,
-                            BLOCK_N, HEAD_DIM, NUM_STAGES, True)
+                            BLOCK_N, HEAD_DIM, NUM_STAGES, True, DQ_MODE, EARLY_DP, DQ_FIRST)
             it += 1
         for mb in range(gl.maximum(first, diag), n_blocks):
-            dk, dv = _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, ready, empty, LSE,
+            dk, dv = _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready,
+                            dq_empty, ready, empty, LSE,
                             Delta, DQ, start_n, N_Q, qk_scale, sm_scale, st_layout, kv_layout, dq_layout, BLOCK_M,
-                            BLOCK_N, HEAD_DIM, NUM_STAGES, False)
+                            BLOCK_N, HEAD_DIM, NUM_STAGES, False, DQ_MODE, EARLY_DP, DQ_FIRST)
             it += 1
     rows = kv_row0 + start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
@@ -165,7 +243,8 @@ def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, ready, empty, LS
 @gluon.jit
 def _bwd_kernel(q_desc, do_desc, k_desc, v_desc, LSE, Delta, DQ, DK, DV, N_Q, N_K, H, GROUP, qk_scale, sm_scale,
                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, LOADER_REGS: gl.constexpr):
+                CAUSAL: gl.constexpr, LOADER_REGS: gl.constexpr, DQ_MODE: gl.constexpr = 0,
+                EARLY_DP: gl.constexpr = True, DQ_FIRST: gl.constexpr = False, LOADER_WARPS: gl.constexpr = 1):
     dtype: gl.constexpr = q_desc.dtype
     start_n = gl.program_id(0) * BLOCK_N
     bkv = gl.program_id(1)
@@ -179,10 +258,20 @@ def _bwd_kernel(q_desc, do_desc, k_desc, v_desc, LSE, Delta, DQ, DK, DV, N_Q, N_
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
+    if DQ_MODE == 3:
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, HEAD_DIM],
+                                            gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], gl.float32))
+    else:
+        dq_smem = ds_smem  # unused
+    dq_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    dq_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(dq_ready.index(i), count=1)
+        mbarrier.init(dq_empty.index(i), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
@@ -191,12 +280,13 @@ def _bwd_kernel(q_desc, do_desc, k_desc, v_desc, LSE, Delta, DQ, DK, DV, N_Q, N_
     tma.async_copy_global_to_shared(k_desc, [kv_row0 + start_n, 0], kv_bar, k_smem)
     tma.async_copy_global_to_shared(v_desc, [kv_row0 + start_n, 0], kv_bar, v_smem)
     gl.warp_specialize([
-        (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, ready, empty, LSE, Delta, DQ, DK, DV,
+        (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready, dq_empty, kv_bar, ready, empty,
+                     LSE, Delta, DQ, DK, DV,
                      head0, kv_row0, start_n, N_Q, GROUP, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
-                     NUM_STAGES, CAUSAL)),
-        (_loader, (q_desc, do_desc, q_smem, do_smem, ready, empty, head0, start_n, N_Q, GROUP, BLOCK_M, BLOCK_N,
-                   NUM_STAGES, CAUSAL)),
-    ], [1], [LOADER_REGS])
+                     NUM_STAGES, CAUSAL, DQ_MODE, EARLY_DP, DQ_FIRST)),
+        (_loader, (q_desc, do_desc, q_smem, do_smem, ready, empty, dq_smem, dq_ready, dq_empty, DQ, head0, start_n,
+                   N_Q, GROUP, BLOCK_M, BLOCK_N, NUM_STAGES, CAUSAL, HEAD_DIM, DQ_MODE == 3, LOADER_WARPS)),
+    ], [LOADER_WARPS], [LOADER_REGS])
 
 
 _GL = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -222,12 +312,13 @@ def _check(q, k, v, o, lse, do, causal):
         raise ValueError("lse must be a contiguous float32 (B, H, N_q) tensor")
 
 
-def gluon_backward(q, k, v, o, lse, do, causal=False, delta_kernel=None):
-    """(dq, dk, dv) of attention, from the forward's o and natural-log lse."""
+def gluon_backward(q, k, v, o, lse, do, causal=False, delta_kernel=None, dq_mode=0, config=None):
+    """(dq, dk, dv) of attention, from the forward's o and natural-log lse. dq_mode 1 (plain stores) and 2 (no dQ)
+    are for timing what dQ costs; their dq is wrong."""
     _check(q, k, v, o, lse, do, causal)
     B, H, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
-    cfg = CONFIGS[d]
+    cfg = {**CONFIGS[d], **(config or {})}
     sm_scale = 1.0 / math.sqrt(d)
     gl_dtype = getattr(gl, _GL[q.dtype])
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
@@ -245,6 +336,8 @@ def gluon_backward(q, k, v, o, lse, do, causal=False, delta_kernel=None):
                       desc(v, cfg["BLOCK_N"]), lse, delta, dq32, dk, dv, n_q, n_k, H, H // h_kv,
                       sm_scale * LOG2E, sm_scale, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HEAD_DIM=d,
                       NUM_STAGES=cfg["NUM_STAGES"], CAUSAL=bool(causal), LOADER_REGS=cfg["LOADER_REGS"],
+                      DQ_MODE=dq_mode, EARLY_DP=cfg.get("EARLY_DP", True),
+                      DQ_FIRST=cfg.get("DQ_FIRST", False), LOADER_WARPS=cfg.get("LOADER_WARPS", 1),
                       num_warps=NUM_WARPS)
     return dq32.view(q.shape).to(q.dtype), dk, dv
 
@@ -257,9 +350,9 @@ def compile_only() -> int:
 
     print(f"triton {triton.__version__}; target sm_90a (offline)")
     bad = 0
-    for d in (128, 64):
-        for dtype in (torch.float16, torch.bfloat16):
-            for causal in (False, True):
+    for d, dtype, causal, EARLY_DP in [(d, t, c, e) for d in (128, 64) for t in (torch.float16, torch.bfloat16)
+                                        for c in (False, True) for e in (True, False)]:
+            if True:
                 cfg = CONFIGS[d]
                 gl_dtype = getattr(gl, _GL[dtype])
                 base = torch.empty(4 * 32 * 4096, d, dtype=dtype)
@@ -271,7 +364,10 @@ def compile_only() -> int:
                 args = [desc(cfg["BLOCK_M"]), desc(cfg["BLOCK_M"]), desc(cfg["BLOCK_N"]), desc(cfg["BLOCK_N"]),
                         f32, f32, f32, base, base, 4096, 4096, 32, 1, 0.1, 0.1]
                 const = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HEAD_DIM=d,
-                             NUM_STAGES=cfg["NUM_STAGES"], CAUSAL=causal, LOADER_REGS=cfg["LOADER_REGS"])
+                             NUM_STAGES=cfg["NUM_STAGES"], CAUSAL=causal,
+                             LOADER_REGS=cfg["LOADER_REGS"] if EARLY_DP else 40,
+                             DQ_MODE=0 if EARLY_DP else 3, EARLY_DP=True, DQ_FIRST=True,
+                             LOADER_WARPS=1 if EARLY_DP else 4)
                 sig, pos = {}, iter(args)
                 for name in _bwd_kernel.arg_names:
                     if name in const:
@@ -280,7 +376,7 @@ def compile_only() -> int:
                         a = next(pos)
                         sig[name] = "fp32" if isinstance(a, float) else "i32" if isinstance(a, int) else \
                             mangle_type(a)
-                tag = f"D={d} {str(dtype)[6:]:9} causal={causal!s:5}"
+                tag = f"D={d} {str(dtype)[6:]:9} causal={causal!s:5} {'dQ first' if EARLY_DP else 'dQ writer'}"
                 try:
                     c = triton.compile(GluonASTSource(_bwd_kernel, sig, constexprs=const),
                                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=NUM_WARPS))
@@ -322,6 +418,15 @@ def bench(out_dir: str, dims, dtypes, long: bool) -> int:
                     "gluon (this file)": lambda: gluon_backward(q, k, v, o, lse, do, causal, nb._bwd_preprocess),
                     "09 one kernel": lambda: nb.flash_attention_backward_atomic(q, k, v, o, lse, do, causal),
                 }
+                providers["gluon, dQ before dK"] = lambda: gluon_backward(q, k, v, o, lse, do, causal,
+                                                                          nb._bwd_preprocess,
+                                                                          config=dict(DQ_FIRST=True))
+                providers["gluon, dQ writer warps"] = lambda: gluon_backward(
+                    q, k, v, o, lse, do, causal, nb._bwd_preprocess, dq_mode=3,
+                    config=dict(LOADER_WARPS=4, LOADER_REGS=40))
+                for label, mode in (("gluon, dQ stored (wrong)", 1), ("gluon, no dQ (wrong)", 2)):
+                    providers[label] = (lambda mode=mode: gluon_backward(q, k, v, o, lse, do, causal,
+                                                                         nb._bwd_preprocess, dq_mode=mode))
                 qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
                 for backend, label in ((torch.nn.attention.SDPBackend.CUDNN_ATTENTION, "SDPA cuDNN"),
                                        (torch.nn.attention.SDPBackend.FLASH_ATTENTION, "SDPA FLASH")):
@@ -348,9 +453,9 @@ def bench(out_dir: str, dims, dtypes, long: bool) -> int:
                                                          lse=one(lse) if course else None)
                             good, w = grads_ok([one(g) for g in grads], ref, dtype)
                             ok, worst = ok and good, max(worst, w)
-                    print(f"  {name:<20} vs fp64: {'ok' if ok else 'WRONG'} (worst error / tolerance {worst:.2f})",
+                    print(f"  {name:<26} vs fp64: {'ok' if ok else 'WRONG'} (worst error / tolerance {worst:.2f})",
                           flush=True)
-                    if ok:
+                    if ok or "(wrong)" in name:  # the timing-only variants are timed, marked wrong
                         timed[name] = fn
                 flops = 2.5 * 4.0 * B * H * n * n * d / (2 if causal else 1)
                 ms = {name: [] for name in timed}
@@ -360,7 +465,7 @@ def bench(out_dir: str, dims, dtypes, long: bool) -> int:
                 cudnn = statistics.median(ms["SDPA cuDNN"]) if "SDPA cuDNN" in ms else None
                 for name, xs in ms.items():
                     m = statistics.median(xs)
-                    line = (f"{str(dtype)[6:]:9} D={d:<3} N={n:<5} {'causal' if causal else '      '} {name:<20} "
+                    line = (f"{str(dtype)[6:]:9} D={d:<3} N={n:<5} {'causal' if causal else '      '} {name:<26} "
                             f"{m:7.3f} ms {flops / m * 1e-9:5.0f} TFLOP/s"
                             + (f" {cudnn / m:.2f}x cuDNN" if cudnn else ""))
                     print("  " + line + f"  runs {[round(x, 3) for x in xs]}", flush=True)
