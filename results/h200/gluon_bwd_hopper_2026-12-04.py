@@ -54,6 +54,12 @@ CONFIGS = {  # D: (BLOCK_M, BLOCK_N, NUM_STAGES, consumer warps, producer regist
     128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, LOADER_REGS=24),
 }
 NUM_WARPS = 8
+#: the variants --bench times (dq_mode 3: the producer partition adds dQ; 0: the consumers' atomics). Tried and
+#: dropped (run-2026-12-04): LOADER_REGS=32 with 4-row chunks (ptxas refuses it: "error encountered during parsing").
+VARIANTS = {
+    "gluon, writer, regs 40": dict(dq_mode=3, LOADER_WARPS=4, LOADER_REGS=40),
+    "gluon, writer, dP after dV": dict(dq_mode=3, LOADER_WARPS=4, LOADER_REGS=40, EARLY_DP=False),
+}
 
 
 @gluon.jit
@@ -71,11 +77,10 @@ def _q_range(start_n, N_Q, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL:
 
 @gluon.jit
 def _add_dq(DQ, dq_smem, dq_ready, dq_empty, j, row0, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-            WRITER_WARPS: gl.constexpr):
+            WRITER_WARPS: gl.constexpr, chunk: gl.constexpr):
     """The writer's half of dQ: block j's dQ tile, left in shared memory by the consumers, added into DQ."""
     b = j % 2
     mbarrier.wait(dq_ready.index(b), (j // 2) & 1)
-    chunk: gl.constexpr = 8
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [WRITER_WARPS, 1], [1, 0])
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     for r in gl.static_range(0, BLOCK_M, chunk):
@@ -90,7 +95,7 @@ def _add_dq(DQ, dq_smem, dq_ready, dq_empty, j, row0, HEAD_DIM: gl.constexpr, BL
 @gluon.jit
 def _loader(q_desc, do_desc, q_smem, do_smem, ready, empty, dq_smem, dq_ready, dq_empty, DQ, head0, start_n, N_Q,
             GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-            HEAD_DIM: gl.constexpr, WRITER: gl.constexpr, WRITER_WARPS: gl.constexpr):
+            HEAD_DIM: gl.constexpr, WRITER: gl.constexpr, WRITER_WARPS: gl.constexpr, WRITER_CHUNK: gl.constexpr):
     """Producer: the Q and dO blocks of every query head of the group, in the consumers' order. WRITER: also adds
     each block's dQ tile into DQ, one block behind the loads, so that the consumers never wait on the adds."""
     first, diag, n_blocks = _q_range(start_n, N_Q, BLOCK_M, BLOCK_N, CAUSAL)
@@ -106,11 +111,13 @@ def _loader(q_desc, do_desc, q_smem, do_smem, ready, empty, dq_smem, dq_ready, d
         tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(s), do_smem.index(s))
         if WRITER:
             if it > 0:
-                _add_dq(DQ, dq_smem, dq_ready, dq_empty, it - 1, prev_row, HEAD_DIM, BLOCK_M, WRITER_WARPS)
+                _add_dq(DQ, dq_smem, dq_ready, dq_empty, it - 1, prev_row, HEAD_DIM, BLOCK_M, WRITER_WARPS,
+                        WRITER_CHUNK)
         prev_row = row
     if WRITER:
         if total > 0:
-            _add_dq(DQ, dq_smem, dq_ready, dq_empty, total - 1, prev_row, HEAD_DIM, BLOCK_M, WRITER_WARPS)
+            _add_dq(DQ, dq_smem, dq_ready, dq_empty, total - 1, prev_row, HEAD_DIM, BLOCK_M, WRITER_WARPS,
+                    WRITER_CHUNK)
 
 
 @gluon.jit
@@ -244,7 +251,8 @@ def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready, dq_em
 def _bwd_kernel(q_desc, do_desc, k_desc, v_desc, LSE, Delta, DQ, DK, DV, N_Q, N_K, H, GROUP, qk_scale, sm_scale,
                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, LOADER_REGS: gl.constexpr, DQ_MODE: gl.constexpr = 0,
-                EARLY_DP: gl.constexpr = True, DQ_FIRST: gl.constexpr = False, LOADER_WARPS: gl.constexpr = 1):
+                EARLY_DP: gl.constexpr = True, DQ_FIRST: gl.constexpr = False, LOADER_WARPS: gl.constexpr = 1,
+                WRITER_CHUNK: gl.constexpr = 8):
     dtype: gl.constexpr = q_desc.dtype
     start_n = gl.program_id(0) * BLOCK_N
     bkv = gl.program_id(1)
@@ -285,7 +293,8 @@ def _bwd_kernel(q_desc, do_desc, k_desc, v_desc, LSE, Delta, DQ, DK, DV, N_Q, N_
                      head0, kv_row0, start_n, N_Q, GROUP, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
                      NUM_STAGES, CAUSAL, DQ_MODE, EARLY_DP, DQ_FIRST)),
         (_loader, (q_desc, do_desc, q_smem, do_smem, ready, empty, dq_smem, dq_ready, dq_empty, DQ, head0, start_n,
-                   N_Q, GROUP, BLOCK_M, BLOCK_N, NUM_STAGES, CAUSAL, HEAD_DIM, DQ_MODE == 3, LOADER_WARPS)),
+                   N_Q, GROUP, BLOCK_M, BLOCK_N, NUM_STAGES, CAUSAL, HEAD_DIM, DQ_MODE == 3, LOADER_WARPS,
+                   WRITER_CHUNK)),
     ], [LOADER_WARPS], [LOADER_REGS])
 
 
@@ -338,7 +347,7 @@ def gluon_backward(q, k, v, o, lse, do, causal=False, delta_kernel=None, dq_mode
                       NUM_STAGES=cfg["NUM_STAGES"], CAUSAL=bool(causal), LOADER_REGS=cfg["LOADER_REGS"],
                       DQ_MODE=dq_mode, EARLY_DP=cfg.get("EARLY_DP", True),
                       DQ_FIRST=cfg.get("DQ_FIRST", False), LOADER_WARPS=cfg.get("LOADER_WARPS", 1),
-                      num_warps=NUM_WARPS)
+                      WRITER_CHUNK=cfg.get("WRITER_CHUNK", 8), num_warps=NUM_WARPS)
     return dq32.view(q.shape).to(q.dtype), dk, dv
 
 
@@ -414,19 +423,11 @@ def bench(out_dir: str, dims, dtypes, long: bool) -> int:
                 torch.manual_seed(n + d + causal)
                 q, k, v, do = (torch.randn(B, H, n, d, device="cuda", dtype=dtype) for _ in range(4))
                 o, lse = nb.flash_attention_forward(q, k, v, causal=causal)
-                providers = {
-                    "gluon (this file)": lambda: gluon_backward(q, k, v, o, lse, do, causal, nb._bwd_preprocess),
-                    "09 one kernel": lambda: nb.flash_attention_backward_atomic(q, k, v, o, lse, do, causal),
-                }
-                providers["gluon, dQ before dK"] = lambda: gluon_backward(q, k, v, o, lse, do, causal,
-                                                                          nb._bwd_preprocess,
-                                                                          config=dict(DQ_FIRST=True))
-                providers["gluon, dQ writer warps"] = lambda: gluon_backward(
-                    q, k, v, o, lse, do, causal, nb._bwd_preprocess, dq_mode=3,
-                    config=dict(LOADER_WARPS=4, LOADER_REGS=40))
-                for label, mode in (("gluon, dQ stored (wrong)", 1), ("gluon, no dQ (wrong)", 2)):
-                    providers[label] = (lambda mode=mode: gluon_backward(q, k, v, o, lse, do, causal,
-                                                                         nb._bwd_preprocess, dq_mode=mode))
+                providers = {"09 one kernel": lambda: nb.flash_attention_backward_atomic(q, k, v, o, lse, do, causal)}
+                for label, over in VARIANTS.items():
+                    providers[label] = (lambda over=over: gluon_backward(q, k, v, o, lse, do, causal,
+                                                                         nb._bwd_preprocess, dq_mode=over["dq_mode"],
+                                                                         config=over))
                 qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
                 for backend, label in ((torch.nn.attention.SDPBackend.CUDNN_ATTENTION, "SDPA cuDNN"),
                                        (torch.nn.attention.SDPBackend.FLASH_ATTENTION, "SDPA FLASH")):
@@ -447,7 +448,7 @@ def bench(out_dir: str, dims, dtypes, long: bool) -> int:
                     if n <= 8192:
                         for b, h in ((0, 0), (B - 1, H - 1)):
                             one = (lambda t, b=b, h=h: t[b:b + 1, h:h + 1])  # noqa: E731
-                            course = name in ("gluon (this file)", "09 one kernel")
+                            course = not name.startswith("SDPA")
                             ref = oracle.attention_grads(one(q), one(k), one(v), one(do), causal=causal,
                                                          o=one(o) if course else None,
                                                          lse=one(lse) if course else None)
