@@ -59,6 +59,8 @@ NUM_WARPS = 8
 VARIANTS = {
     "gluon, writer, regs 40": dict(dq_mode=3, LOADER_WARPS=4, LOADER_REGS=40),
     "gluon, writer, dP after dV": dict(dq_mode=3, LOADER_WARPS=4, LOADER_REGS=40, EARLY_DP=False),
+    "gluon, writer, dP after dV on the diagonal": dict(dq_mode=3, LOADER_WARPS=4, LOADER_REGS=40,
+                                                       LATE_DP_MASKED=True),
 }
 
 
@@ -214,7 +216,7 @@ def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready, dq_em
               Delta, DQ, DK, DV,
               head0, kv_row0, start_n, N_Q, GROUP, qk_scale, sm_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr,
-              EARLY_DP: gl.constexpr, DQ_FIRST: gl.constexpr):
+              EARLY_DP: gl.constexpr, DQ_FIRST: gl.constexpr, LATE_DP_MASKED: gl.constexpr):
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
                                                         instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
@@ -232,7 +234,8 @@ def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready, dq_em
             dk, dv = _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready,
                             dq_empty, ready, empty, LSE,
                             Delta, DQ, start_n, N_Q, qk_scale, sm_scale, st_layout, kv_layout, dq_layout, BLOCK_M,
-                            BLOCK_N, HEAD_DIM, NUM_STAGES, True, DQ_MODE, EARLY_DP, DQ_FIRST)
+                            BLOCK_N, HEAD_DIM, NUM_STAGES, True, DQ_MODE, EARLY_DP and not LATE_DP_MASKED,
+                            DQ_FIRST)
             it += 1
         for mb in range(gl.maximum(first, diag), n_blocks):
             dk, dv = _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready,
@@ -252,7 +255,7 @@ def _bwd_kernel(q_desc, do_desc, k_desc, v_desc, LSE, Delta, DQ, DK, DV, N_Q, N_
                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, LOADER_REGS: gl.constexpr, DQ_MODE: gl.constexpr = 0,
                 EARLY_DP: gl.constexpr = True, DQ_FIRST: gl.constexpr = False, LOADER_WARPS: gl.constexpr = 1,
-                WRITER_CHUNK: gl.constexpr = 8):
+                WRITER_CHUNK: gl.constexpr = 8, LATE_DP_MASKED: gl.constexpr = False):
     dtype: gl.constexpr = q_desc.dtype
     start_n = gl.program_id(0) * BLOCK_N
     bkv = gl.program_id(1)
@@ -291,7 +294,7 @@ def _bwd_kernel(q_desc, do_desc, k_desc, v_desc, LSE, Delta, DQ, DK, DV, N_Q, N_
         (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready, dq_empty, kv_bar, ready, empty,
                      LSE, Delta, DQ, DK, DV,
                      head0, kv_row0, start_n, N_Q, GROUP, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
-                     NUM_STAGES, CAUSAL, DQ_MODE, EARLY_DP, DQ_FIRST)),
+                     NUM_STAGES, CAUSAL, DQ_MODE, EARLY_DP, DQ_FIRST, LATE_DP_MASKED)),
         (_loader, (q_desc, do_desc, q_smem, do_smem, ready, empty, dq_smem, dq_ready, dq_empty, DQ, head0, start_n,
                    N_Q, GROUP, BLOCK_M, BLOCK_N, NUM_STAGES, CAUSAL, HEAD_DIM, DQ_MODE == 3, LOADER_WARPS,
                    WRITER_CHUNK)),
@@ -347,7 +350,8 @@ def gluon_backward(q, k, v, o, lse, do, causal=False, delta_kernel=None, dq_mode
                       NUM_STAGES=cfg["NUM_STAGES"], CAUSAL=bool(causal), LOADER_REGS=cfg["LOADER_REGS"],
                       DQ_MODE=dq_mode, EARLY_DP=cfg.get("EARLY_DP", True),
                       DQ_FIRST=cfg.get("DQ_FIRST", False), LOADER_WARPS=cfg.get("LOADER_WARPS", 1),
-                      WRITER_CHUNK=cfg.get("WRITER_CHUNK", 8), num_warps=NUM_WARPS)
+                      WRITER_CHUNK=cfg.get("WRITER_CHUNK", 8), LATE_DP_MASKED=cfg.get("LATE_DP_MASKED", False),
+                      num_warps=NUM_WARPS)
     return dq32.view(q.shape).to(q.dtype), dk, dv
 
 
@@ -376,7 +380,8 @@ def compile_only() -> int:
                              NUM_STAGES=cfg["NUM_STAGES"], CAUSAL=causal,
                              LOADER_REGS=cfg["LOADER_REGS"] if EARLY_DP else 40,
                              DQ_MODE=0 if EARLY_DP else 3, EARLY_DP=True, DQ_FIRST=True,
-                             LOADER_WARPS=1 if EARLY_DP else 4)
+                             LOADER_WARPS=1 if EARLY_DP else 4, LATE_DP_MASKED=not EARLY_DP,
+                             WRITER_CHUNK=8)
                 sig, pos = {}, iter(args)
                 for name in _bwd_kernel.arg_names:
                     if name in const:
@@ -385,7 +390,7 @@ def compile_only() -> int:
                         a = next(pos)
                         sig[name] = "fp32" if isinstance(a, float) else "i32" if isinstance(a, int) else \
                             mangle_type(a)
-                tag = f"D={d} {str(dtype)[6:]:9} causal={causal!s:5} {'dQ first' if EARLY_DP else 'dQ writer'}"
+                tag = f"D={d} {str(dtype)[6:]:9} causal={causal!s:5} {'dQ first' if EARLY_DP else 'writer'}"
                 try:
                     c = triton.compile(GluonASTSource(_bwd_kernel, sig, constexprs=const),
                                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=NUM_WARPS))
