@@ -162,7 +162,8 @@ def sdpa_backend(backend: str) -> Callable[..., torch.Tensor]:
 def sdpa_backward(backend: str | None = None) -> Callable[..., Any]:
     """SDPA's backward alone (one backend, or SDPA's own choice) as fn(q, k, v, o, lse, do, causal, sm_scale), the
     signature of notebook 09's flash_attention_backward. Its forward runs once per set of inputs (o and lse are
-    ignored: SDPA keeps its own); each call is one torch.autograd.grad through the kept graph."""
+    ignored: SDPA keeps its own); each call is one torch.autograd.grad through the kept graph. After a call,
+    run.forward_output is SDPA's own o, which its gradients follow from."""
     forward = sdpa_backend(backend) if backend else sdpa
     kept: dict = {}
 
@@ -173,7 +174,9 @@ def sdpa_backward(backend: str | None = None) -> Callable[..., Any]:
             leaves = [t.detach().requires_grad_() for t in (q, k, v)]
             kept[key] = (forward(*leaves, causal, sm_scale), leaves)
         out, leaves = kept[key]
+        run.forward_output = out.detach()  # the o its gradients follow from: what the suite's check evaluates at
         return torch.autograd.grad(out, leaves, do, retain_graph=True)
+    run.forward_output = None
     run.__name__ = f"sdpa_backward_{(backend or 'default').lower()}"
     return run
 

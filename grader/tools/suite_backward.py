@@ -12,8 +12,9 @@ Two kinds of rows, per (dtype, D, causal, N) of the plan:
 
 Before a provider is timed, its dq, dk, dv on the first (batch, head) are checked in fp64 at the grader's gradient
 tolerance (grader.tolerances): the course's backwards against the gradients evaluated from the o and lse they were
-handed (grader.oracle.attention_grads, the grader's oracle), the others (SDPA, training steps) against autograd of
-the naive attention; a wrong one is reported as WRONG, not timed. Measuring is grader.benchmarks' core, as for
+handed (grader.oracle.attention_grads, the grader's oracle), SDPA's backward against the same oracle at the o of its
+own forward, the training steps against autograd of the naive attention; a wrong one is reported as WRONG, not
+timed. Measuring is grader.benchmarks' core, as for
 the forward.
 """
 
@@ -152,6 +153,11 @@ def measure(plan, provs: list[Provider], *, warmup=25, rep=100, log=print, deadl
                 try:
                     grads = call()
                     want = ref_given if handed_o else ref
+                    own_o = getattr(p.fn, "forward_output", None)
+                    if not handed_o and p.kind == BACKWARD and own_o is not None:
+                        # a backward that keeps its own forward (SDPA): checked at the o it was run from, as the
+                        # course's are, so that its forward's rounding of o (through Δ) is not counted against it
+                        want = _reference_grads(q, k, v, do, causal, own_o)
                     if want is not None:
                         ok, worst = grads_ok([g[:1, :1] for g in grads], want, dtype)
                         row["worst_vs_tolerance"] = worst
@@ -198,7 +204,8 @@ def markdown(info: dict, rows: list[dict], plan) -> str:
     lines.append("- Before timing, every provider's gradients on the first (batch, head) are checked in fp64 at the "
                  f"grader's gradient tolerance (up to N = {CHECK_FP64_MAX_N}; above it, finite only): the course's "
                  "backwards against the gradients evaluated from the o and lse they were handed (the grader's "
-                 "oracle), the others against autograd of the naive attention. `WRONG`: outside it; `skip`: naive "
+                 "oracle), SDPA's at the o of its own forward, the steps against autograd of the naive attention. "
+                 "`WRONG`: outside it; `skip`: naive "
                  "N×N scores would not fit.")
     lines.append("")
     by = {(r["provider"], r["dtype"], r["D"], r["causal"], r["N"]): r for r in rows}
