@@ -221,3 +221,13 @@ def test_notebook_11_as_a_learner_gets_it_raises_only_in_its_todo_cells(tmp_path
             assert "This demo runs the reference" in text, (i, text)
     assert not raised, raised
     assert demos == 4
+
+
+def test_a_reference_unwraps_to_its_solution_modules_function():
+    """08's live_autotune reads the autotuner's choices from the globals of whichever flash_attention_fast it runs:
+    the reference must unwrap (inspect.unwrap) to the solution module's own function."""
+    import inspect
+
+    fast = inspect.unwrap(grader.reference("flash_attention_fast"))
+    assert fast is notebooks.solution_module("08_performance").flash_attention_fast
+    assert isinstance(fast.__globals__["_BEST_CONFIG"], dict)
