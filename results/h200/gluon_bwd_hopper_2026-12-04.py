@@ -61,6 +61,7 @@ VARIANTS = {
     "gluon, writer, dP after dV": dict(dq_mode=3, LOADER_WARPS=4, LOADER_REGS=40, EARLY_DP=False),
     "gluon, writer, dP after dV on the diagonal": dict(dq_mode=3, LOADER_WARPS=4, LOADER_REGS=40,
                                                        LATE_DP_MASKED=True),
+    "gluon, writer, 3 stages": dict(dq_mode=3, LOADER_WARPS=4, LOADER_REGS=40, NUM_STAGES=3),
 }
 
 
