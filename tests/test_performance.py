@@ -13,6 +13,8 @@ from grader.notebooks import export_source, load_source, solutions_dir
 ENV = grader.setup(quiet=True)
 SOURCE = export_source(solutions_dir() / "08_performance.ipynb")
 SMEM = "return (block_m * block_d + num_stages * 2 * block_n * block_d) * element_size"
+MASKED = "masked_end = tl.maximum(0, tl.minimum(N_K, (pid_m + 1) * BLOCK_M + CAUSAL_OFFSET))"
+UNMASKED = "unmasked_end = (tl.maximum(0, tl.minimum(N_K, pid_m * BLOCK_M + CAUSAL_OFFSET)) // BLOCK_N) * BLOCK_N"
 
 
 def mutant(exercise_id: str, old: str, new: str):
@@ -32,10 +34,21 @@ def test_the_reference_passes(ex_id):
 
 MUTANTS = [
     # the split bounds with the wrong block size: right whenever BLOCK_M == BLOCK_N, so only non-square tiles show it
-    ("attention_with", "unmasked_end = (tl.minimum(N_K, pid_m * BLOCK_M) // BLOCK_N) * BLOCK_N",
-     "unmasked_end = tl.minimum(N_K, pid_m * BLOCK_M)", "out-of-bounds memory access"),
-    ("attention_with", "masked_end = tl.minimum(N_K, (pid_m + 1) * BLOCK_M)",
-     "masked_end = tl.minimum(N_K, (pid_m + 1) * BLOCK_N)", "outside the tolerance"),
+    ("attention_with", UNMASKED, "unmasked_end = tl.maximum(0, tl.minimum(N_K, pid_m * BLOCK_M + CAUSAL_OFFSET))",
+     "out-of-bounds memory access"),
+    ("attention_with", MASKED, MASKED.replace("(pid_m + 1) * BLOCK_M", "(pid_m + 1) * BLOCK_N"),
+     "outside the tolerance"),
+    # causal_align="bottom_right" (issue 27): the offset ignored; the rows that see no key divided by 0; the unmasked
+    # end not clamped at 0, so that the masked loop starts before the first key
+    ("attention_with", 'k.shape[2] - q.shape[2] if causal and causal_align == "bottom_right" else 0', "0",
+     "only the bottom-right cases fail"),
+    ("flash_attention_fast", 'k.shape[2] - q.shape[2] if causal and causal_align == "bottom_right" else 0', "0",
+     "looks like: top-left causal alignment where bottom-right was asked for"),
+    ("attention_with", "l_i = tl.where(l_i == 0.0, 1.0, l_i)", "l_i = l_i", "NaN"),
+    ("flash_attention_fast", 'if causal_align not in ("top_left", "bottom_right"):', "if False:", "causal_align"),
+    ("attention_with", UNMASKED,
+     "unmasked_end = (tl.minimum(N_K, pid_m * BLOCK_M + CAUSAL_OFFSET) // BLOCK_N) * BLOCK_N",
+     "out-of-bounds memory access"),
     # the tl.exp baseline broken: only the exp2=False cases fail, and the report says so
     ("attention_with", "        p = tl.exp(qk)\n", "        p = tl.math.exp2(qk)\n", "only the exp2=False cases fail"),
     ("flash_attention_fast", "qk_scale = sm_scale * 1.4426950408889634", "qk_scale = sm_scale",
@@ -64,7 +77,7 @@ def test_an_unfinished_estimate_is_not_attempted_not_passed():
 
 
 def test_the_non_square_cases_are_the_ones_a_wrong_block_size_fails():
-    r = check("attention_with", mutant("attention_with", "masked_end = tl.minimum(N_K, (pid_m + 1) * BLOCK_M)",
-                                       "masked_end = tl.minimum(N_K, (pid_m + 1) * BLOCK_N)"))
+    r = check("attention_with", mutant("attention_with", MASKED,
+                                       MASKED.replace("(pid_m + 1) * BLOCK_M", "(pid_m + 1) * BLOCK_N")))
     failed = [c for c in r.cases if not c.passed]
     assert failed and all("non-square" in c.tags for c in failed)

@@ -94,6 +94,11 @@ CASES = catalogue("exercises.performance.cases", {
     "causal_ragged": ("causal, ragged", "因果，非整块长度"),
     "causal_more_keys": ("causal, more keys than queries", "因果，key 比 query 多"),
     "causal_more_queries": ("causal, more queries than keys", "因果，query 比 key 多"),
+    "br_empty_rows": ("causal bottom-right, more queries than keys: rows that see no key",
+                      "右下对齐的因果，query 比 key 多：有些行一个 key 都看不到"),
+    "br_more_keys": ("causal bottom-right, more keys than queries", "右下对齐的因果，key 比 query 多"),
+    "bad_align": ("causal_align=\"bottom-right\" (a hyphen for the underscore)",
+                  "causal_align=\"bottom-right\"（下划线写成了连字符）"),
     "smem": ("block_m={bm}, block_n={bn}, block_d={bd}, element_size={es}, num_stages={st}",
              "配置 block_m={bm}，block_n={bn}，block_d={bd}，element_size={es}，num_stages={st}"),
 })
@@ -143,20 +148,24 @@ LADDER = catalogue("exercises.performance.ladder", {
         "每一行都看得到的部分，按完整的 key 块算，不需要掩码；从那里到任意一行能看到的最后一个 key 之间，保留掩码；"
         "其余的根本不加载。"),
     "split_math": (
-        "Causal (row i sees the keys j ≤ i): masked_end = min(N_k, (pid_m+1)·BLOCK_M), and unmasked_end = "
-        "min(N_k, pid_m·BLOCK_M) rounded down to a multiple of BLOCK_N. Not causal: masked_end = N_k, unmasked_end = "
-        "N_k rounded down to a multiple of BLOCK_N. Section 4's paper example: 128 and 192 causal, 192 and 200 not.",
-        "因果（第 i 行看得到 j ≤ i 的 key）：masked_end = min(N_k, (pid_m+1)·BLOCK_M)，unmasked_end = "
-        "min(N_k, pid_m·BLOCK_M) 向下取整到 BLOCK_N 的倍数。非因果：masked_end = N_k，unmasked_end = N_k 向下取整到 "
-        "BLOCK_N 的倍数。第 4 节的纸上例子：因果时是 128 和 192，非因果时是 192 和 200。"),
+        "Causal (row i sees the keys j ≤ i + c, c = CAUSAL_OFFSET): masked_end = (pid_m+1)·BLOCK_M + c and "
+        "unmasked_end = pid_m·BLOCK_M + c, each clamped to [0, N_k], the second then rounded down to a multiple of "
+        "BLOCK_N. Not causal: masked_end = N_k, unmasked_end = N_k rounded down to a multiple of BLOCK_N. Section 4's "
+        "paper example (c = 0): 128 and 192 causal, 192 and 200 not.",
+        "因果（第 i 行看得到 j ≤ i + c 的 key，c = CAUSAL_OFFSET）：masked_end = (pid_m+1)·BLOCK_M + c，"
+        "unmasked_end = pid_m·BLOCK_M + c，两者都夹到 [0, N_k] 之内，后者再向下取整到 BLOCK_N 的倍数。非因果："
+        "masked_end = N_k，unmasked_end = N_k 向下取整到 BLOCK_N 的倍数。第 4 节的纸上例子（c = 0）：因果时是 128 "
+        "和 192，非因果时是 192 和 200。"),
     "split_code": (
-        "tl.minimum for the smaller of two scalars; integer floor division, then multiplication by BLOCK_N, for the "
-        "rounding down. BLOCK_M where rows of Q are counted, BLOCK_N for key blocks: the check's non-square tiles "
-        "catch a swap. An unmasked_end past the keys reads beyond N_k without a mask (NaN from the guard regions); a "
-        "masked_end too small drops keys, on the SPLIT=False path too.",
-        "两个标量取较小值用 tl.minimum；向下取整用整数整除再乘以 BLOCK_N。数 Q 的行用 BLOCK_M，数 key 块用 BLOCK_N："
-        "检查里 BLOCK_M ≠ BLOCK_N 的 tile 会抓出用反的情况。unmasked_end 超出 key 的范围，就会不加掩码地读到 N_k "
-        "之外（保护区会让结果变成 NaN）；masked_end 太小会丢掉 key，SPLIT=False 的路径也一样。"),
+        "tl.minimum and tl.maximum for the clamps (c may be negative: a row may see no key); integer floor "
+        "division, then multiplication by BLOCK_N, for the rounding down. BLOCK_M where rows of Q are counted, "
+        "BLOCK_N for key blocks: the check's non-square tiles catch a swap. An unmasked_end past the keys reads "
+        "beyond N_k without a mask (NaN from the guard regions); a masked_end too small drops keys, on the "
+        "SPLIT=False path too.",
+        "夹到范围内用 tl.minimum 和 tl.maximum（c 可能为负：有的行一个 key 都看不到）；向下取整用整数整除再乘以 "
+        "BLOCK_N。数 Q 的行用 BLOCK_M，数 key 块用 BLOCK_N：检查里 BLOCK_M ≠ BLOCK_N 的 tile 会抓出用反的情况。"
+        "unmasked_end 超出 key 的范围，就会不加掩码地读到 N_k 之外（保护区会让结果变成 NaN）；masked_end 太小会"
+        "丢掉 key，SPLIT=False 的路径也一样。"),
     "smem_idea": (
         "Count the tiles that sit in shared memory at the same time, then turn elements into bytes. The Q tile "
         "stays for the whole key loop; K and V stream through a pipeline of num_stages buffers.",
@@ -198,6 +207,8 @@ def exp2_bugs(case: AttentionCase) -> list[BugModel]:
 def _with_call(exp2: bool, split: bool):
     def call(case: AttentionCase):
         kwargs = dict(causal=case.causal, block_m=case.block_m, block_n=case.block_n, exp2=exp2, split=split)
+        if case.causal_align != "top_left":
+            kwargs["causal_align"] = case.causal_align
         return (case.placed["q"], case.placed["k"], case.placed["v"]), kwargs
     return call
 
@@ -209,7 +220,7 @@ class AttentionWith(AttentionExercise):
     budget_s = 60.0
     bug_families = (scale_and_mask_bugs, softmax_bugs, exp2_bugs)
     ladder = ATTENTION_WITH_LADDER
-    hint_texts = pick("causal", "ragged", "multi-block", "repeat", "dtype:float16", **{
+    hint_texts = pick("causal", "bottom-right", "ragged", "multi-block", "repeat", "dtype:float16", **{
         "non-square": T.later("hint_non_square"), "exp": T.later("hint_exp"), "no-split": T.later("hint_no_split")})
 
     def case_builders(self, env):
@@ -236,6 +247,14 @@ class AttentionWith(AttentionExercise):
             c("ragged", 32, 32, exp2=False, Nq=77, Nk=131, D=64, tags={"ragged"}),
             c("causal_ragged", 32, 32, split=False, Nq=100, Nk=100, D=32, causal=True, tags={"ragged"}),
             c("ragged", 32, 32, exp2=False, split=False, Nq=77, Nk=131, D=64, tags={"ragged"}),
+            # causal_align="bottom_right" (FlashAttention's): query i sees j <= i + N_k - N_q; with more queries
+            # than keys the first rows see none (output 0), with more keys every row sees further
+            c("br_empty_rows", 64, 32, Nq=100, Nk=40, D=32, causal=True, causal_align="bottom_right",
+              tags={"ragged"}),
+            c("br_more_keys", 32, 64, Nq=70, Nk=150, D=32, causal=True, causal_align="bottom_right",
+              tags={"ragged"}),
+            c("br_empty_rows", 32, 32, split=False, Nq=100, Nk=40, D=32, causal=True, causal_align="bottom_right",
+              tags={"ragged"}),
         ]
 
 
@@ -301,12 +320,15 @@ class FlashAttentionFast(FlashAttention):
     bug_families = FlashAttention.bug_families + (exp2_bugs,)
     # its TODOs are attention_with's and smem_bytes' (the kernel and its pruning): their ladders, not notebook 06's
     ladder = {**ATTENTION_WITH_LADDER, **SMEM_LADDER}
-    # graded on notebook 06's cases but the bottom-right ones (causal_align belongs to notebook 07's kernel)
-    hint_texts = {tag: text for tag, text in FlashAttention.hint_texts.items()
-                  if tag not in ("bottom-right", "one-more-key")}
+    # graded on notebook 06's cases, both causal alignments
 
     def case_builders(self, env):
-        return full_attention_builders(env)
+        def bad_align(gen):  # FlashAttention's spelling is "bottom_right": a typo is refused, not read as top-left
+            q, k, v = (torch.randn((1, 2, 16, 32), generator=gen).to(torch.float16).to(env.device) for _ in range(3))
+            return Case(name=f"bad arguments: {case_name('bad_align')}", args=(q, k, v),
+                        kwargs=dict(causal=True, causal_align="bottom-right"), raises=ValueError,
+                        mentions=("causal_align",), shapes="q, k, v (1, 2, 16, 32)", tags=frozenset({"arguments"}))
+        return full_attention_builders(env, bottom_right=True) + [bad_align]
 
     def speed_cases(self, env, fn, seed: int, passed: bool) -> tuple[list[CaseResult], list[str]]:
         if env.interpreter:
@@ -415,10 +437,12 @@ def _bench_counted(f, label, q, k, v, causal) -> float | str:
 
 EXERCISES = [
     AttentionWith("attention_with", T.later("title_with"), "08_performance", "attention_with",
-                  "attention_with(q, k, v, causal=False, sm_scale=None, *, block_m=64, block_n=64, num_warps=4, "
+                  "attention_with(q, k, v, causal=False, sm_scale=None, causal_align=\"top_left\", *, block_m=64, "
+                  "block_n=64, num_warps=4, "
                   "num_stages=2, exp2=True, split=True, tma=0, warp_specialize=False, maxnreg=None)"),
     SmemBytes("smem_bytes", T.later("title_smem"), "08_performance", "smem_bytes",
               "smem_bytes(block_m, block_n, block_d, element_size, num_stages) -> int"),
     FlashAttentionFast("flash_attention_fast", T.later("title"), "08_performance",
-                       "flash_attention_fast", "flash_attention_fast(q, k, v, causal=False, sm_scale=None)"),
+                       "flash_attention_fast",
+                       "flash_attention_fast(q, k, v, causal=False, sm_scale=None, causal_align=\"top_left\")"),
 ]
