@@ -128,6 +128,47 @@ def test_flash_attention_backward_mutants(old, new, named, more, few_cases):
     assert named in str(r), str(r)
 
 
+# A mistake in one kernel leaves the other kernel's gradients right, and the report says which kernel's step it is
+# in (a learner walkthrough, 2026-12-04, findings 4 and 5: "Δ missing" sent the learner to the Δ TODO, which was
+# right; "causal mask missing ... in both kernels" when dq passed)
+DELTA_SUM = "    delta = tl.sum(o.to(Delta.dtype.element_ty) * do.to(Delta.dtype.element_ty), axis=1)"
+ONE_KERNEL = [
+    ("    ds_t = p_t * (dp_t - delta[None, :])", "    ds_t = p_t * dp_t",
+     "looks like: Δ missing from dSᵀ in the dK/dV step —", "only dk is wrong"),
+    ("    ds = p * (dp - delta[:, None])", "    ds = p * dp", "looks like: Δ missing from dS in the dQ step —",
+     "only dq is wrong"),
+    ("            keep_t = keep_t & (offs_m[None, :] >= offs_n[:, None])", "            keep_t = keep_t",
+     "looks like: causal mask missing in the backward's dK/dV step —", "dq is right"),
+    ("            keep = keep & (offs_n[None, :] <= offs_m[:, None])", "            keep = keep",
+     "looks like: causal mask missing in the backward's dQ step —", "dk and dv are right"),
+    # Δ itself wrong: both kernels' gradients are, and the report names no step
+    (DELTA_SUM, DELTA_SUM + " * 0.0", "looks like: Δ missing —", None),
+]
+
+
+@pytest.mark.parametrize("old, new, named, why", ONE_KERNEL, ids=[m[2][12:-2] for m in ONE_KERNEL])
+def test_a_mistake_in_one_kernel_is_named_with_its_step(old, new, named, why, few_cases):
+    r = grader.check("flash_attention_backward", mutant("flash_attention_backward", old, new), quiet=True,
+                     record=False)
+    text = str(r)
+    assert not r.passed and named in text, text
+    if why is None:
+        assert " step" not in text.split("looks like: ", 1)[1].split("\n", 1)[0], text
+    else:
+        assert why in text, text
+
+
+def test_a_crash_in_a_kernel_names_the_jit_function_and_its_line(few_cases):
+    """A learner walkthrough, 2026-12-04, finding 8: 'incompatible dimensions ... 64 and 32 (in a Triton kernel)'
+    fits both steps (the dK/dV and the dQ configurations both give 64 and 32)."""
+    r = grader.check("flash_attention_backward", mutant(
+        "flash_attention_backward", "ds_t = p_t * (dp_t - delta[None, :])", "ds_t = p_t * (dp_t - delta[:, None])"),
+        quiet=True, record=False)
+    text = str(r)
+    assert not r.passed and "@triton.jit function _dkdv_step, line " in text, text
+    assert ": ds_t = p_t * (dp_t - delta[:, None])" in text, text
+
+
 # section 10: the one-kernel backward's two regions (the dK/dV step, the walk and the kernel are section 6's)
 ATOMIC = [
     ("    dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k, input_precision=DOT_PRECISION) * sm_scale",

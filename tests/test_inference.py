@@ -170,7 +170,9 @@ BUG_NAMES = {
                      "wrong merge weights: the log missing from lse_s",
                      "splits that drop the last partial block",
                      "GQA packing that mixes heads", "wrong K/V head for GQA", "scale missing",
-                     "sm_scale ignored", "strides ignored"],
+                     "sm_scale ignored", "strides ignored",
+                     "wrong merge weights: lse_s of a split not in base 2",
+                     "split output not normalised by its own sum"],
     "flash_decode_paged": ["block table ignored", "top-left where bottom-right was asked for",
                            "wrong merge weights: an equal average of the splits",
                            "splits that drop the last partial page", "GQA packing that mixes heads", "strides ignored"],
@@ -261,7 +263,8 @@ def test_a_wrapper_that_does_not_validate_fails_only_the_bad_argument_cases(monk
 
 # ---- mutants: each fails and is named -----------------------------------------------------------------------------
 FEW = {
-    "decode_specs": ("one_query", "four_queries", "empty_rows", "empty_rows_splits", "strided", ("splits", 3)),
+    "decode_specs": ("one_query", "four_queries", "empty_rows", "empty_rows_splits", "strided", ("splits", 3),
+                     "uneven_splits"),
     "paged_specs": ("shuffled_16", "pages_64", "empty_rows_splits", ("splits", 3), ("far_pages", 16),
                     ("far_pages", 64)),
     "varlen_specs": ("v_chunked_causal", "v_gqa", "v_zero_one", "v_q_much_longer"),
@@ -282,6 +285,12 @@ def few_cases(monkeypatch):
 
 NO_KEY_NAN = "rows that see no key (cache_seqlens < N_q, or a sequence without keys) must come out 0"
 LSE = "m_i + tl.math.log2(l_safe)"  # a split's log-sum-exp, base 2
+QK = "qk = tl.where(seen, tl.dot(q, tl.trans(k)) * qk_scale,"  # a split's scores, base 2
+SPLIT_BODY = [  # (old, new, named)
+    (QK, QK.replace(" * qk_scale", ""), "looks like: scale missing"),
+    (LSE, f"({LSE}) * 0.6931471805599453", "looks like: wrong merge weights: lse_s of a split not in base 2"),
+    ("    out = acc / l_safe[:, None]\n", "    out = acc\n", "looks like: split output not normalised by its own sum"),
+]
 MERGE = '''    w = tl.math.exp2(lse - tl.where(m == float("-inf"), 0.0, m)[:, None])'''  # the combine's weights
 MUTANTS = [
     ("flash_decode", "    seqlen = tl.load(SeqLens + b)\n", "    seqlen = tl.load(SeqLens + b) - 1\n",
@@ -347,6 +356,8 @@ MUTANTS = [
      "            k_rows = page.to(tl.int32) * stride_kb", "int32 offset that wrapped"),
     ("flash_decode_paged", "page = tl.load(BlockTable + b * stride_tb + n0 // PAGE_SIZE).to(tl.int64)",
      "page = tl.load(BlockTable + b * stride_tb + n0 // PAGE_SIZE)", "int32 offset that wrapped"),
+    # three mistakes of the split body that a learner walkthrough (2026-12-04, findings 9-11) saw fail unnamed
+    *[("flash_decode", *m) for m in SPLIT_BODY],
 ]
 
 
@@ -360,6 +371,54 @@ def test_mutants_fail_and_are_named(ex_id, old, new, named, few_cases):
     r = check(ex_id, mutant(ex_id, old, new), seed=1)
     assert not r.passed
     assert named in str(r), str(r)
+
+
+@pytest.mark.parametrize("old, new, named", SPLIT_BODY, ids=[m[2].removeprefix("looks like: ") for m in SPLIT_BODY])
+def test_a_split_body_mistake_is_named_on_every_case_it_fails(old, new, named, few_cases):
+    r = check("flash_decode", mutant("flash_decode", old, new), seed=1)
+    failing = [c for c in r.cases if not c.passed]
+    assert failing, str(r)
+    unnamed = [c.name for c in failing if not any(h.startswith(named) for h in map(str, c.hints))]
+    assert not unnamed, (unnamed, str(r))
+
+
+def test_a_natural_log_lse_fails_the_case_of_uneven_splits(monkeypatch):
+    """Splits of unequal key counts and moderate scores: the case where a split lse in the wrong base shows (it
+    passed 25 of 28 cases in a learner walkthrough, 2026-12-04)."""
+    full = inference.decode_specs
+    name = inference.case_name("uneven_splits")
+    monkeypatch.setattr(inference, "decode_specs", lambda env: [s for s in full(env) if s[0] == name])
+    monkeypatch.setattr(inference, "decode_bad_argument_builders", lambda env: [])
+    spec = dict(full(ENV))[name]
+    block = 32 if ENV.interpreter else 128  # the reference's key blocks: whole blocks per split
+    split_len = math.ceil(math.ceil(spec["N_max"] / spec["num_splits"]) / block) * block
+    keys = [[min(split_len, n - s) for s in range(0, n, split_len)] for n in spec["lengths"]]
+    assert all(len(k) > 1 and len(set(k)) > 1 for k in keys), keys  # several splits each, of unequal key counts
+    r = check("flash_decode", mutant("flash_decode", *SPLIT_BODY[1][:2]))
+    assert [c.passed for c in r.cases] == [False, False], str(r)  # the case and its repeat
+    assert SPLIT_BODY[1][2] in str(r), str(r)
+
+
+def _sequence_hint(lengths, wrong_b):
+    case = SimpleNamespace(kind="decode", lengths=lengths)
+    wrong = torch.zeros(len(lengths), 2, 1, 4, dtype=torch.bool)
+    wrong[wrong_b] = True
+    return inference.ServingExercise._wrong_sequences(case, wrong)
+
+
+def test_the_sequence_hint_says_how_many_lengths_it_left_out_and_agrees_in_number():
+    lengths = [1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 160]
+    text = _sequence_hint(lengths, list(range(1, 12)))
+    assert text.startswith("only sequences 1–11 of 0–11 are wrong; their lengths: 1: L=15;"), text
+    assert text.endswith("8: L=64, and 3 more"), text
+    assert _sequence_hint([0, 3, 8, 150], [3]) == "only sequence 3 of 0–3 is wrong; its length: 3: L=150"
+    assert _sequence_hint([0, 3, 8, 150], [1, 3]).endswith("their lengths: 1: L=3; 3: L=150")
+    try:
+        messages.set_language("zh")
+        assert "另有 3 个未列出" in _sequence_hint(lengths, list(range(1, 12)))
+        assert _sequence_hint([0, 3, 8, 150], [3]).startswith("只有序列 3 是错的（共 0–3）；它的长度：")
+    finally:
+        messages.set_language(None)
 
 
 def test_a_named_bug_is_the_only_name(few_cases):

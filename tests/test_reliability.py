@@ -465,6 +465,80 @@ def test_a_compile_error_elsewhere_is_not_a_todo_even_near_one():
     assert kind == "exception" and "no_such_function" in message
 
 
+# A crash inside a kernel names the innermost @triton.jit function and its line (a learner walkthrough, 2026-12-04,
+# finding 8: "(in a Triton kernel)" alone did not say which of four jitted functions held the mistake)
+_NESTED_KERNELS = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _broadcast_wrongly(x_ptr):
+    a = tl.arange(0, 4)
+    b = tl.arange(0, 8)
+    return a[:, None] + b[None, :] + a[None, :]
+
+
+@triton.jit
+def _outer_kernel(x_ptr):
+    y = _broadcast_wrongly(x_ptr)
+    tl.store(x_ptr + tl.arange(0, 4), tl.sum(y, 1))
+
+
+def launch(x):
+    _outer_kernel[(1,)](x)
+    return x
+"""
+
+
+@interpreter_only
+@pytest.mark.parametrize("filename, where", [("nested_kernels.py", "nested_kernels.py"), ("<cell 3>", "your cell")])
+def test_a_crash_in_a_kernel_names_the_innermost_jit_function_and_its_line(filename, where, tmp_path):
+    path = str(tmp_path / filename) if filename.endswith(".py") else filename
+    if filename.endswith(".py"):
+        Path(path).write_text(_NESTED_KERNELS)
+    namespace = {}
+    exec(compile(_NESTED_KERNELS, path, "exec"), namespace)  # "<cell 3>": no source linecache can find
+    out = run(namespace["launch"], torch.zeros(4))
+    assert out.kind == "exception" and "incompatible dimensions" in out.message, out.message
+    site = f"(in a Triton kernel: @triton.jit function _broadcast_wrongly, line 10 of {where}"
+    assert site in out.message, out.message
+    if filename.endswith(".py"):
+        assert out.message.endswith(f"{site}: return a[:, None] + b[None, :] + a[None, :])"), out.message
+    assert out.message.count("(") == out.message.count(")") and "_outer_kernel" not in out.message, out.message
+
+
+def _compiled_broadcast_wrongly(x_ptr):
+    a = tl.arange(0, 4)
+    b = tl.arange(0, 8)
+    return a[:, None] + b[None, :] + a[None, :]
+
+
+_BROADCAST_WRONGLY = triton.runtime.jit.JITFunction(_compiled_broadcast_wrongly)
+
+
+def _compiled_calls_broadcast(x_ptr):
+    y = _BROADCAST_WRONGLY(x_ptr)
+    tl.store(x_ptr, tl.sum(y))
+
+
+def test_a_compile_error_names_the_innermost_jit_function_its_line_and_the_error():
+    """On a GPU the compiler wraps the error of a called @triton.jit function in one per caller: the outermost
+    quotes the call in the kernel, and said nothing of the error itself."""
+    e = _compile_error(_compiled_calls_broadcast)
+    kind, message = safety.classify(e)
+    wrapped = [e]  # one CompilationError per call level, each raised from the one below
+    while wrapped[-1].__cause__ is not None:
+        wrapped.append(wrapped[-1].__cause__)
+    # the innermost level's error (its text depends on what ran before in this process: the interpreter's patches
+    # of triton.language can trip the compiler up first)
+    inner = [x for x in wrapped if getattr(x, "error_message", None)][-1]
+    assert kind == "exception" and inner.error_message.splitlines()[-1] in message, message
+    assert message.endswith("(in a Triton kernel: @triton.jit function _compiled_broadcast_wrongly: "
+                            "return a[:, None] + b[None, :] + a[None, :])"), message
+    assert "_BROADCAST_WRONGLY(x_ptr)" not in message, message
+
+
 # ------------------------------------------------------------------------------------------------ no noise
 @triton.jit
 def _exp_kernel(x_ptr, out_ptr):

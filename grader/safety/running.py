@@ -25,6 +25,12 @@ T = catalogue("safety", {  # the namespace of every module of grader.safety: mes
     "raised_where": (" (line {line} of {where}: {code})", "，出错的是{where}第 {line} 行：{code}"),
     "raised_where_cell": ("your cell", "你的单元格"),
     "in_kernel": (" (in a Triton kernel)", "（在 Triton kernel 里）"),
+    "in_kernel_at": (" (in a Triton kernel: @triton.jit function {fn}, line {line} of {where}: {code})",
+                     "（在 Triton kernel 里：@triton.jit 函数 {fn}，{where}第 {line} 行：{code}）"),
+    "in_kernel_line": (" (in a Triton kernel: @triton.jit function {fn}, line {line} of {where})",
+                       "（在 Triton kernel 里：@triton.jit 函数 {fn}，{where}第 {line} 行）"),
+    "in_kernel_code": (" (in a Triton kernel: @triton.jit function {fn}: {code})",
+                       "（在 Triton kernel 里：@triton.jit 函数 {fn}：{code}）"),
     "timeout": ("stopped: the case ran past its time budget.", "已停止：这个用例超出了时间预算。"),
     "not_attempted": ("not attempted yet: {todo}", "尚未作答：{todo}"),
     "oob_access": ("out-of-bounds memory access. {detail}", "越界访存。{detail}"),
@@ -111,40 +117,103 @@ def stub_label(e: BaseException | None) -> str | None:
     return None
 
 
-def _learner_line(e: BaseException) -> str:
-    """Where in the learner's own code `e` was raised (the last frame outside the grader, Python, torch and
-    triton): ' (line 7 of your cell: x = y[3])', or '' where that is not known."""
-    import linecache
+def _unwrapped(e: BaseException) -> list[BaseException]:
+    """e and the errors the interpreter's InterpreterError wraps (one per @triton.jit call level), outermost first."""
+    chain = [e]
+    while type(chain[-1]).__name__ == "InterpreterError" and chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    return chain
+
+
+def _learners_frames(exc: BaseException) -> list:
+    """The frames of exc's traceback in the learner's code: outside the grader, Python, torch and triton."""
     import traceback
 
     grader_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # grader/, above grader/safety/
-    chain = [e]  # an error inside a kernel on the interpreter: the kernel's own line is in the wrapped cause
-    while type(chain[-1]).__name__ == "InterpreterError" and chain[-1].__cause__ is not None:
-        chain.append(chain[-1].__cause__)
-    for exc in reversed(chain):
-        frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if not os.path.abspath(f.filename).startswith(grader_dir)
-                  and "site-packages" not in f.filename and "/lib/python" not in f.filename]
+    return [f for f in traceback.extract_tb(exc.__traceback__)
+            if not os.path.abspath(f.filename).startswith(grader_dir)
+            and "site-packages" not in f.filename and "/lib/python" not in f.filename]
+
+
+def _place(f) -> tuple[str, str]:
+    """(where, code) of a frame: 'your cell' or the file's name, and its source line ('' where not known)."""
+    import linecache
+
+    code = (f.line or linecache.getline(f.filename, f.lineno)).strip()
+    cell = "ipykernel" in f.filename or f.filename.startswith("<")
+    return (T("raised_where_cell") if cell else os.path.basename(f.filename)), code[:120]
+
+
+def _learner_line(e: BaseException) -> str:
+    """Where in the learner's own code `e` was raised (the last frame outside the grader, Python, torch and
+    triton): ' (line 7 of your cell: x = y[3])', or '' where that is not known."""
+    for exc in reversed(_unwrapped(e)):  # inside a kernel on the interpreter: its own line is in the wrapped cause
+        frames = _learners_frames(exc)
         if frames:
             break
     if not frames:
         return ""
     f = frames[-1]
-    code = (f.line or linecache.getline(f.filename, f.lineno)).strip()
+    where, code = _place(f)
     if not code:
         return ""
-    cell = "ipykernel" in f.filename or f.filename.startswith("<")
-    where = T("raised_where_cell") if cell else os.path.basename(f.filename)
     return T("raised_where", line=f.lineno, where=where, code=code[:120])
 
 
-def _describe(e: BaseException) -> str:
-    """`Type: message` of the error itself, looking through the interpreter's InterpreterError wrapper."""
-    inner = e
-    while type(inner).__name__ == "InterpreterError" and inner.__cause__ is not None:
-        inner = inner.__cause__
+def _kernel_site(e: BaseException) -> str | None:
+    """Where inside a Triton kernel `e` was raised: the innermost @triton.jit function and its line, or None where
+    e did not come from a kernel's code (or that is not known).
+
+    On the interpreter each @triton.jit call level wraps the error in an InterpreterError, and the innermost
+    wrapped error's traceback starts in the interpreter's call of the function that raised: its first frame in the
+    learner's code is that function. Triton's compiler (on a GPU) wraps it in one CompilationError per call level
+    instead, each holding its function's source; the innermost one's is the function that failed."""
+    chain = _unwrapped(e)
+    if len(chain) > 1:
+        frames = _learners_frames(chain[-1])
+        if not frames:
+            return None
+        f = frames[0]
+        where, code = _place(f)
+        return T("in_kernel_at" if code else "in_kernel_line", fn=f.name, line=f.lineno, where=where, code=code)
+    compiled = _innermost_compile_error(e)
+    if compiled is None:
+        return None
+    name = re.search(r"^\s*def\s+(\w+)", compiled.src, re.MULTILINE)
+    lines = compiled.src.splitlines()
+    line = compiled.node.lineno
+    if name is None or not 0 < line <= len(lines):
+        return None
+    return T("in_kernel_code", fn=name.group(1), code=lines[line - 1].strip()[:120])
+
+
+def _innermost_compile_error(e: BaseException):
+    """The innermost of the CompilationErrors Triton's compiler chains, one per @triton.jit call level (each has
+    the source of its function, `src`, and the node it points at), or None."""
+    found = None
+    for link in _chain(e):
+        if isinstance(getattr(link, "src", None), str) and hasattr(getattr(link, "node", None), "lineno") \
+                and hasattr(link, "error_message"):
+            found = link
+    return found
+
+
+def _describe(e: BaseException, site: bool = False) -> str:
+    """`Type: message` of the error itself, looking through the interpreter's InterpreterError wrapper (and
+    marked as a kernel's: ' (in a Triton kernel)', unless `site`, whose caller says where in the kernel)."""
+    inner = _unwrapped(e)[-1]
     text = f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
-    return text + (T("in_kernel") if inner is not e else "")
+    return text + (T("in_kernel") if inner is not e and not site else "")
+
+
+def _compile_error_text(e: BaseException) -> str:
+    """A CompilationError said in one line: its innermost error's message (the outer ones, one per @triton.jit
+    caller, only quote the calls), else the last lines of its source excerpt."""
+    inner = _innermost_compile_error(e)
+    if inner is not None and inner.error_message:
+        return f"{type(inner).__name__}: {str(inner.error_message).strip().splitlines()[-1]}"
+    first = str(e).strip().splitlines()
+    return " ".join(line.strip() for line in first[-3:])
 
 
 def classify(e: BaseException) -> tuple[str, str]:
@@ -166,14 +235,17 @@ def classify(e: BaseException) -> tuple[str, str]:
     if isinstance(e, SystemExit):
         call = "sys.exit()" if e.code is None else f"sys.exit({e.code!r})"
         return "exception", T("sys_exit", call=call)
-    text = _describe(e)
+    site = _kernel_site(e)
+    text = _describe(e, site=site is not None)
     if "illegal memory access" in text or "CUDA error" in text:  # not shown: what CUDA's errors say
         return "cuda_error", T("cuda_error", error=text.splitlines()[0])
     first = text.strip().splitlines()
     short = first[0] if first else text
-    if len(first) > 1 and "CompilationError" in type(e).__name__:
-        short = " ".join(line.strip() for line in first[-3:])
-    return "exception", T("raised", error=short[:600]) + _learner_line(e)
+    if len(first) > 1 and _innermost_compile_error(e) is not None:
+        short = _compile_error_text(e)
+    # inside a kernel, the kernel's function and line; else the learner's line that raised (on a GPU, where the
+    # compiler raised, that is the launch)
+    return "exception", T("raised", error=short[:600]) + (site if site is not None else _learner_line(e))
 
 
 def raised_prefix() -> str:

@@ -4,7 +4,7 @@ output at a time) and those of the forward's lse."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,6 +28,17 @@ T = catalogue("exercises.backward", {  # the chapter's namespace, shared with it
     "why_delta_missing": ("dS = P ∘ (dP − Δ) needs Δ = rowsum(dO ∘ O): without it the gradients of the softmax's "
                           "normalisation are lost",
                           "dS = P ∘ (dP − Δ) 需要 Δ = rowsum(dO ∘ O)：少了它，softmax 归一化那一项的梯度就丢了"),
+    "bug_delta_missing_dkdv": ("Δ missing from dSᵀ in the dK/dV step", "dK/dV step 的 dSᵀ 里漏了 Δ"),
+    "why_delta_missing_dkdv": ("only dk is wrong, and dq, which subtracts the same Δ, is right: Δ itself is fine. "
+                               "The dK/dV step forms dSᵀ = Pᵀ ∘ (dPᵀ − Δ) without it: subtract Δ there, one value "
+                               "per column (per query)",
+                               "只有 dk 是错的，而用同一个 Δ 的 dq 是对的：Δ 本身没问题。是 dK/dV step 算 "
+                               "dSᵀ = Pᵀ ∘ (dPᵀ − Δ) 时没减 Δ：在那里减去 Δ，每列（每个 query）一个值"),
+    "bug_delta_missing_dq": ("Δ missing from dS in the dQ step", "dQ step 的 dS 里漏了 Δ"),
+    "why_delta_missing_dq": ("only dq is wrong, and dk, which subtracts the same Δ, is right: Δ itself is fine. The "
+                             "dQ step forms dS = P ∘ (dP − Δ) without it: subtract Δ there, one value per row",
+                             "只有 dq 是错的，而用同一个 Δ 的 dk 是对的：Δ 本身没问题。是 dQ step 算 "
+                             "dS = P ∘ (dP − Δ) 时没减 Δ：在那里减去 Δ，每行一个值"),
     "bug_no_scale": ("dQ/dK without sm_scale", "dQ/dK 没乘 sm_scale"),
     "why_no_scale": ("S = scale · Q Kᵀ, so dQ = scale · dS K and dK = scale · dSᵀ Q: multiply once by sm_scale",
                      "S = scale · Q Kᵀ，所以 dQ = scale · dS K，dK = scale · dSᵀ Q：要乘一次 sm_scale"),
@@ -87,6 +98,19 @@ T = catalogue("exercises.backward", {  # the chapter's namespace, shared with it
                            "mask to P (P_ij = 0, hence dS_ij = 0, for j > i) in both kernels",
                            "前向遮住了 j > i 的 key，反向重算的 P 却没有：在两个 kernel 里对 P 加同样的掩码"
                            "（j > i 时 P_ij = 0，因此 dS_ij = 0）"),
+    "bug_causal_missing_dkdv": ("causal mask missing in the backward's dK/dV step",
+                                "反向的 dK/dV step 里漏了因果掩码"),
+    "why_causal_missing_dkdv": ("dq is right, so the dQ step masks P; the dK/dV step's recomputed Pᵀ keeps the keys "
+                                "after each query: under IS_CAUSAL zero Pᵀ (hence dSᵀ) where key j comes after query "
+                                "i, j > i, in the tile with keys along the rows",
+                                "dq 是对的，说明 dQ step 给 P 加了掩码；dK/dV step 重算的 Pᵀ 却没有遮住排在各个 "
+                                "query 之后的 key：在 IS_CAUSAL 下，key j 在 query i 之后（j > i）的位置要把 Pᵀ"
+                                "（因此 dSᵀ）置零，注意这个 tile 的行是 key"),
+    "bug_causal_missing_dq": ("causal mask missing in the backward's dQ step", "反向的 dQ step 里漏了因果掩码"),
+    "why_causal_missing_dq": ("dk and dv are right, so the dK/dV step masks Pᵀ; the dQ step's recomputed P keeps "
+                              "the keys after each query: under IS_CAUSAL zero P (hence dS) where j > i",
+                              "dk 和 dv 是对的，说明 dK/dV step 给 Pᵀ 加了掩码；dQ step 重算的 P 却没有遮住排在各个 "
+                              "query 之后的 key：在 IS_CAUSAL 下，j > i 的位置要把 P（因此 dS）置零"),
     "bug_ds_transposed": ("dS transposed", "dS 的方向用反了"),
     "why_ds_transposed": ("dK = scale · dSᵀ Q sums over queries and dQ = scale · dS K over keys: the tile of dS (or "
                           "of dSᵀ in the dK/dV kernel) was used the wrong way round",
@@ -130,6 +154,9 @@ class GradBug:
     name: str
     why: str
     simulations: tuple[Callable[[], tuple[torch.Tensor, ...]], ...]
+    #: the mistake told as one kernel's, (name, why), where only that kernel's gradients are wrong: "dkdv" (dk or
+    #: dv, dq right) or "dq" (dq alone); a mistake found in both kernels' gradients keeps name and why
+    one_kernel: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _expand(t: torch.Tensor, group: int) -> torch.Tensor:
@@ -241,8 +268,12 @@ def _block_max_p(sim: _Sim, block: int, masked: bool) -> torch.Tensor:
 def grad_bugs(case: BackwardCase, *, kernel: bool, o: torch.Tensor | None = None) -> list[GradBug]:
     """The backward's classic mistakes for this case. kernel: add the ones that depend on a kernel's blocks."""
     sim = _Sim(case, o)
+    # the two kernels (kernel=True): a mistake of one kernel's step leaves the other kernel's gradients right
+    steps = lambda key: {"dkdv": (T(f"bug_{key}_dkdv"), T(f"why_{key}_dkdv")),  # noqa: E731
+                         "dq": (T(f"bug_{key}_dq"), T(f"why_{key}_dq"))} if kernel else {}
     bugs = [
-        GradBug(T("bug_delta_missing"), T("why_delta_missing"), (lambda: sim.grads(delta="none"),)),
+        GradBug(T("bug_delta_missing"), T("why_delta_missing"), (lambda: sim.grads(delta="none"),),
+                steps("delta_missing")),
         GradBug(T("bug_no_scale"), T("why_no_scale"),
                 (lambda: sim.grads(dq_factor=1 / sim.scale, dk_factor=1 / sim.scale),)),
         GradBug(T("bug_scaled_twice"), T("why_scaled_twice"),
@@ -279,7 +310,7 @@ def grad_bugs(case: BackwardCase, *, kernel: bool, o: torch.Tensor | None = None
                 for bn in BLOCKS:
                     v_kv = i >= (j // bn * bn) // bm * bm
                     sims.append(lambda v=v_kv: sim.grads(p_dq=sim.p(full), p_kv=sim.p(v | sim.visible)))
-        bugs.append(GradBug(T("bug_causal_missing"), T("why_causal_missing"), tuple(sims)))
+        bugs.append(GradBug(T("bug_causal_missing"), T("why_causal_missing"), tuple(sims), steps("causal_missing")))
     square = [b for b in BLOCKS if b <= max(case.n_q, case.n_k) * 2] if kernel else []
     sims = ([lambda: sim.grads(transpose_block="full")] if case.n_q == case.n_k else []) + \
         [lambda b=b: sim.grads(transpose_block=b) for b in square]

@@ -162,8 +162,16 @@ def match_grad_bugs(wrong: dict, case: BackwardCase, bugs: list[GradBug]) -> lis
                     break
             explained_all &= explained
         if explained_all:
-            found.append(T("looks_like", name=bug.name, why=bug.why))
+            name, why = bug.one_kernel.get(_one_kernel(wrong), (bug.name, bug.why))
+            found.append(T("looks_like", name=name, why=why))
     return found
+
+
+def _one_kernel(wrong: dict) -> str | None:
+    """The kernel whose gradients alone are wrong: "dkdv" (dk, dv or both; dq right), "dq" (dq alone), else None."""
+    if wrong.keys() <= {"dk", "dv"}:
+        return "dkdv"
+    return "dq" if wrong.keys() == {"dq"} else None
 
 
 

@@ -56,6 +56,9 @@ T = catalogue("exercises.inference", {
     "axis_packed_rows": ("packed query rows", "打包后的 query 行"),
     "wrong_sequences": ("only sequences {seqs} of 0–{last} are wrong; their lengths: {lens}",
                         "只有序列 {seqs} 是错的（共 0–{last}）；它们的长度：{lens}"),
+    "wrong_sequence": ("only sequence {seqs} of 0–{last} is wrong; its length: {lens}",
+                       "只有序列 {seqs} 是错的（共 0–{last}）；它的长度：{lens}"),
+    "more_lengths": ("{lens}, and {n} more", "{lens}，另有 {n} 个未列出"),
     "seq_length": ("{b}: L={n}", "{b}：L={n}"),
     "seq_lengths": ("{b}: n_q={nq}, n_k={nk}", "{b}：n_q={nq}，n_k={nk}"),
     "list_sep": ("; ", "；"),
@@ -182,6 +185,9 @@ T = catalogue("exercises.inference", {
 #: case names (English inside the grader: code and tests select cases by them; reports show the Chinese). Names that
 
 
+#: the wrong sequences whose lengths the location hint lists (it says how many more there are)
+SHOWN_LENGTHS = 8
+
 #: a bug simulation that agrees with the whole output to this multiple of the tolerance is taken as the explanation
 #: (the reference stays below 0.1 of the tolerance, so a kernel with exactly that bug stays well within 2)
 EXACT = 2.0
@@ -293,7 +299,11 @@ class ServingExercise(Exercise):
             lens = [T("seq_length", b=b, n=case.lengths[b]) for b in bad]
         if not bad or len(bad) == n or n < 2:
             return None
-        return T("wrong_sequences", seqs=diagnosis.ranges(bad), last=n - 1, lens=T("list_sep").join(lens[:8]))
+        shown = T("list_sep").join(lens[:SHOWN_LENGTHS])
+        if len(lens) > SHOWN_LENGTHS:
+            shown = T("more_lengths", lens=shown, n=len(lens) - SHOWN_LENGTHS)
+        return T("wrong_sequence" if len(bad) == 1 else "wrong_sequences", seqs=diagnosis.ranges(bad), last=n - 1,
+                 lens=shown)
 
 
 class FlashDecode(ServingExercise):

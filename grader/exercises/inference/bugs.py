@@ -66,6 +66,25 @@ T = catalogue("exercises.inference", {  # the chapter's namespace, shared with _
                             "循环里的 m_i 是以 2 为底的单位（分数乘了 log2 e），所以 lse_s = m_s + log2(l_s)，权重是 "
                             "exp2(lse_s − lse_max)；对以 2 为底的 lse 用 tl.exp，或者在 lse 里对 l_s 用 tl.log，"
                             "都会让各 split 按错误的幂次加权"),
+    "bug_merge_lse_ln": ("wrong merge weights: lse_s of a split not in base 2",
+                         "合并权重错误：split 的 lse_s 不是以 2 为底的"),
+    "bug_merge_lse_ln_why": ("the merge weighs split s by exp2(lse_s − lse_max), so lse_s is the base-2 "
+                             "log-sum-exp m_s + log2 l_s, in the units of the loop's m_i; converted to a natural log "
+                             "(times ln 2) it raises every weight to the power ln 2, which shows only where the "
+                             "splits' shares differ",
+                             "合并时 split s 的权重是 exp2(lse_s − lse_max)，所以 lse_s 是以 2 为底的 log-sum-exp "
+                             "m_s + log2 l_s，和循环里的 m_i 同一个单位；换算成自然对数（乘了 ln 2），每个权重就都变成"
+                             "了它的 ln 2 次幂，只有各 split 分到的份额不一样时才看得出来"),
+    "bug_unnormalised": ("split output not normalised by its own sum", "split 的输出没有除以它自己的和"),
+    "bug_unnormalised_why": ("a split's out is acc divided by that split's own sum l_i (1 where l_i is 0): the merge "
+                             "weighs normalised outputs by exp2(lse_s − lse_max), and a single split is stored as "
+                             "it is",
+                             "一个 split 的 out 是 acc 除以这个 split 自己的和 l_i（l_i 为 0 时除以 1）：合并时是用 "
+                             "exp2(lse_s − lse_max) 给归一化后的输出加权的，只有一个 split 时 out 原样写回"),
+    "bug_qk_scale_missing_why": ("the scores were not multiplied by qk_scale = sm_scale · log2 e: exp2 of the raw "
+                                 "q·k is softmax(ln 2 · q·k), as if sm_scale were ln 2",
+                                 "分数没有乘 qk_scale = sm_scale · log2 e：对未缩放的 q·k 取 exp2，得到的是 "
+                                 "softmax(ln 2 · q·k)，相当于 sm_scale 取成了 ln 2"),
     "bug_merge_equal": ("wrong merge weights: an equal average of the splits", "合并权重错误：各 split 直接等权平均"),
     "bug_merge_equal_why": ("the splits hold different shares of the attention: weigh split s's normalised output "
                             "by exp(m_s − m_max)·l_s (a split with no visible key weighs 0) and divide by the sum of "
@@ -201,7 +220,11 @@ class _DecodeSim:
         return m, l_, o
 
     def merged(self, split_len: int, how: str) -> torch.Tensor:
+        """The splits of split_len keys merged with the weights `how` ("right" is the answer); "unnormalised": the
+        right weights on each split's acc, its output not divided by its own sum (one split: acc itself)."""
         m, l_, o = self.split_states(split_len)
+        if how == "unnormalised":
+            o, how = o * l_[..., None], "right"
         top = m.amax(-1, keepdim=True)
         e = torch.exp(m - torch.where(torch.isinf(top), torch.zeros_like(top), top))
         if how == "nolog":  # lse_s = m_s + l_s (base 2): w ∝ exp(m_s) · 2^l_s
@@ -211,7 +234,9 @@ class _DecodeSim:
         w = {"right": e * l_, "l": l_, "exp": e, "nolog": e, "equal": (l_ > 0).to(l_.dtype),
              "equal_all": torch.ones_like(l_),
              # a base-2 lse merged with exp (w^(1 / ln 2)), or a natural-log l in a base-2 lse (l^(ln 2))
-             "base_e": (e * l_) ** (1 / math.log(2.0)), "ln_l": e * l_ ** math.log(2.0)}[how]
+             "base_e": (e * l_) ** (1 / math.log(2.0)), "ln_l": e * l_ ** math.log(2.0),
+             # the split's lse in natural log, (m_s + log2 l_s)·ln 2, merged in base 2: w^(ln 2)
+             "lse_ln": (e * l_) ** math.log(2.0)}[how]
         total = w.sum(-1)
         return (w[..., None] * o).sum(-2) / torch.where(total == 0, torch.ones_like(total), total)[..., None]
 
@@ -301,7 +326,8 @@ def decode_bugs(case: ServingCase, *, split_enumerated: bool | None = None) -> l
         for sl in sim.split_lengths():
             for how, key in (("l", "bug_merge_l"), ("exp", "bug_merge_exp"), ("nolog", "bug_merge_nolog"),
                              ("equal", "bug_merge_equal"), ("equal_all", "bug_merge_equal"),
-                             ("base_e", "bug_merge_bases"), ("ln_l", "bug_merge_bases")):
+                             ("base_e", "bug_merge_bases"), ("ln_l", "bug_merge_bases"),
+                             ("lse_ln", "bug_merge_lse_ln"), ("unnormalised", "bug_unnormalised")):
                 split_bugs.append(BugModel(T(key), T(f"{key}_why"), lambda sl=sl, how=how: sim.merged(sl, how)))
             for edge in ("last", "first"):
                 split_bugs.append(BugModel(T("bug_split_edges"), T("bug_split_edges_why"),
@@ -320,6 +346,10 @@ def decode_bugs(case: ServingCase, *, split_enumerated: bool | None = None) -> l
         BugModel(T("bug_seqlen_long"), T("bug_seqlen_long_why"), lambda: sim.attend(sim.keep(length=L + 1))),
         BugModel(T("bug_top_left"), T("bug_top_left_why"), lambda: sim.attend(sim.keep(top_left=True))),
         BugModel(A("bug_scale_missing"), A("bug_scale_missing_why"), lambda: sim.attend(scale=1.0)),
+        # the split body's scores without qk_scale: the loop's exp2 of the raw q·k
+        BugModel(A("bug_scale_missing"), T("bug_qk_scale_missing_why"), lambda: sim.attend(scale=math.log(2.0))),
+        # one split (as most cases get on their own) whose acc is stored undivided; split counts: the tier below
+        BugModel(T("bug_unnormalised"), T("bug_unnormalised_why"), lambda: sim.merged(sim.n, "unnormalised")),
     ]
     if case.sm_scale is not None:
         bugs.append(BugModel(A("bug_scale_ignored"), A("bug_scale_ignored_why"),

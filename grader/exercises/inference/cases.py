@@ -45,6 +45,8 @@ CASES = catalogue("exercises.inference.cases", {
     "splits": ("explicit num_splits={n}", "显式指定 num_splits={n}"),
     "strided": ("(B, N, H, D) memory for q and the caches: non-contiguous strides",
                 "q 和缓存的内存是 (B, N, H, D) 布局：非连续步长"),
+    "uneven_splits": ("several splits of unequal key counts per sequence, moderate scores, num_splits=4",
+                      "每个序列切成几个 key 数不等的 split，分数大小适中，num_splits=4"),
     "large": ("large-magnitude scores, num_splits=3", "数值很大的分数，num_splits=3"),
     "heads_apart": ("two heads of one K/V group whose scores are 80× apart, num_splits=3",
                     "同一个 K/V 组里两个头的分数相差 80 倍，num_splits=3"),
@@ -393,6 +395,12 @@ def decode_specs(env: Environment) -> list[tuple[str, dict]]:
     for splits in (1, 3, 64):
         specs.append((case_name("splits", n=splits), dict(B=1, H=4, H_kv=2, Nq=2, N_max=ns, D=64, num_splits=splits,
                                                           lengths=[ns - 7])))
+    # each sequence spans several splits, the last holding a few keys: a merge weight off by a power (a split's
+    # lse in the wrong log base) moves the output only where the splits' shares differ (a learner walkthrough,
+    # 2026-12-04: 25 of 28 cases passed with a natural-log lse). Splits of 64 keys here (of 256 on a GPU)
+    nu = on(env, 1024, 256)
+    specs.append((case_name("uneven_splits"), dict(B=3, H=2, H_kv=1, Nq=1, N_max=nu, D=32, num_splits=4,
+                                                   lengths=[nu * 70 // 256, nu * 140 // 256, nu * 200 // 256])))
     specs += [
         (case_name("strided"), dict(B=2, H=4, H_kv=2, Nq=2, N_max=on(env, 512, 120), D=64, layout="strided")),
         (case_name("large"), dict(B=2, H=2, H_kv=1, Nq=1, N_max=on(env, 1024, 200), D=64, magnitude=10.0,

@@ -69,12 +69,16 @@ T = catalogue("exercises.inference.ladder", {
         "rounded down to whole blocks ('splits that drop the last partial block'); the end one short or the start "
         "one late ('split ranges off by one': a key lost at every boundary); qi alone as the last key ('top-left "
         "where bottom-right was asked for'); seqlen − 1 for every row ('causal mask missing among the new "
-        "queries'); m_i + l_i for the lse ('the log missing from lse_s'); l_i = 0 left unguarded in a row that "
-        "sees no key (0 / 0 is NaN, and the NaN reaches the merge).",
+        "queries'); the scores without qk_scale ('scale missing'); m_i + l_i for the lse ('the log missing from "
+        "lse_s'), or the lse in natural log, times ln 2 ('lse_s of a split not in base 2'); acc stored undivided "
+        "('split output not normalised by its own sum'); l_i = 0 left unguarded in a row that sees no key (0 / 0 "
+        "is NaN, and the NaN reaches the merge).",
         "检查会点名的错误及原因：终点没有截到 seqlen（长度之后的槽位里是过时的 key），或者向下取整到整块（“split "
         "丢掉了最后一个不满的块”）；终点少一或起点晚一（“split 的范围差一”：每个边界上丢一个 key）；只用 qi 当最后一个 "
-        "key（“要求右下对齐，掩码却按左上对齐”）；每行都用 seqlen − 1（“新 query 之间漏了因果掩码”）；lse 写成 "
-        "m_i + l_i（“lse_s 漏了 log”）；看不到任何 key 的行 l_i = 0 却没做保护（0 / 0 是 NaN，NaN 会一直带进合并）。"),
+        "key（“要求右下对齐，掩码却按左上对齐”）；每行都用 seqlen − 1（“新 query 之间漏了因果掩码”）；分数没乘 "
+        "qk_scale（“漏了缩放”）；lse 写成 m_i + l_i（“lse_s 漏了 log”），或者换算成了自然对数、乘了 ln 2（“split 的 "
+        "lse_s 不是以 2 为底的”）；acc 没除就写回（“split 的输出没有除以它自己的和”）；看不到任何 key 的行 l_i = 0 "
+        "却没做保护（0 / 0 是 NaN，NaN 会一直带进合并）。"),
     # ---- flash_decode: merge weights
     "merge_1": (
         "A split's normalised output counts in proportion to the share of the row's total mass Σ_j e^(x_j) that its "
