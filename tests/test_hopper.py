@@ -134,7 +134,29 @@ def test_the_reference_passes(exercise_id):
 
 
 def test_a_producer_that_pre_arrives_the_empty_barriers_is_also_right():
-    assert check("kv_producer", hopper._grader_producer).passed
+    def pre_arriving(ring, n_blocks):  # each empty barrier pre-arrived once per consumer: every wait its lap's parity
+        for s in range(ring.stages):
+            for _ in range(ring.empty[s].count):
+                yield arrive(ring.empty[s])
+        for j in range(n_blocks):
+            s = j % ring.stages
+            yield wait(ring.empty[s], (j // ring.stages) & 1)
+            yield tma_load(j, s, ring.ready[s])
+
+    assert check("kv_producer", pre_arriving).passed
+
+
+def test_the_grader_holds_no_protocol_in_plain_text():
+    """The classic mistakes are made from the packed reference's operations (issue 26): neither the exercise module nor
+    the simulator spells out a producer's or a consumer's protocol as code the learner release would carry."""
+    import inspect
+
+    for module in (hopper, sim):
+        source = inspect.getsource(module)
+        assert "yield tma_load(j, s, ring.ready[s])" not in source
+        assert "yield wait(ring.empty[s], ((j // ring.stages) & 1) ^ 1)" not in source
+        assert "yield wait(turns[group], (j & 1) ^ (1 - group))" not in source
+        assert "yield arrive(turns[1 - group])" not in source
 
 
 def test_turn_barriers_with_their_roles_swapped_are_also_right():

@@ -53,8 +53,9 @@ def test_the_release_has_no_solutions_in_plain_sight(rel):
             # fp64 oracle is, unavoidably, the PyTorch exercises' answer (README says so), but no kernel line.
             if path.suffix == ".ipynb":
                 secret = per_notebook.get(path.name, set())
-            elif path.suffix == ".py":
-                secret = {ln for ln in every if "tl." in ln}
+            elif path.suffix == ".py":  # no kernel line, and none of notebook 11's protocol (its bug models are
+                # made from the packed reference's operations, not written out)
+                secret = {ln for ln in every if "tl." in ln} | per_notebook.get("11_hopper_gluon.ipynb", set())
             else:
                 secret = every
             leaked = [ln for ln in secret if ln in text]

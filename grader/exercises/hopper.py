@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import diagnosis
+from .. import diagnosis, notebooks
 from ..messages import catalogue, join
 from ..pipeline_sim import (
     Recorder,
@@ -23,13 +23,10 @@ from ..pipeline_sim import (
     Trace,
     actor_label,
     arrive,
-    mma,
-    mma_wait,
     replay,
     ring_consumer,
     run_pingpong,
     run_ring,
-    softmax,
     tma_load,
     touched,
     wait,
@@ -71,9 +68,9 @@ T = catalogue("exercises.hopper", {
                       "在所有消费者都释放某个槽位之前，生产者不能往里加载，否则会覆盖一个还在被读的块"
                       "（而且只创建、不 yield 的操作什么也不做：要写 `yield wait(...)`）"),
     # what the protocol's own record shows (read from the trace, not simulated)
-    "s_no_load": ("the producer started no load at all: each block needs `yield tma_load(j, s, ring.ready[s])` (an "
-                  "operation that is made but not yielded does nothing)",
-                  "生产者一次加载都没有发起：每个块都需要 `yield tma_load(j, s, ring.ready[s])`"
+    "s_no_load": ("the producer started no load at all: each block needs a tma_load of itself into its slot, "
+                  "yielded (an operation that is made but not yielded does nothing)",
+                  "生产者一次加载都没有发起：每个块都要把自己 tma_load 到它的槽位里，并且要 yield 出来"
                   "（只创建、不 yield 的操作什么也不做）"),
     "s_wrong_bar": ("the load of block {block} into slot {slot} arrives on {bar} when it lands, but the consumer waits "
                     "for slot {slot} on ready[{slot}]",
@@ -216,58 +213,89 @@ class ProtocolCase(Case):
 
 
 # ------------------------------------------------------------------------------------------------ partitions
-def _grader_producer(ring, n_blocks):
-    """A correct producer written another way than the notebook's: each empty barrier is pre-arrived once per
-    consumer, so every wait uses the lap's own parity. Drives the ping-pong exercise."""
-    for s in range(ring.stages):
-        for _ in range(ring.empty[s].count):
-            yield arrive(ring.empty[s])
-    for j in range(n_blocks):
-        s = j % ring.stages
-        yield wait(ring.empty[s], (j // ring.stages) & 1)
-        yield tma_load(j, s, ring.ready[s])
+# The classic mistakes are transformations of the reference's own operations (the packed reference of the learner
+# release included), not protocols written out here: the grader holds no answer in plain text. The references
+# yield the same operations whatever the barriers hold, so their operations can be taken ahead and rearranged.
+def _reference_of(exercise_id: str):
+    """The reference partition itself (from solutions/ or the release's bundle), not grader.reference's wrapper:
+    the grader runs it inside the learner's call, beside the learner's own partition."""
+    ex = next(e for e in EXERCISES if e.id == exercise_id)  # not get(): the registry imports this module
+    return getattr(notebooks.solution_module(ex.notebook), ex.function)
+
+
+def _moved(ops: list, pick, to_before=None, to_after=None) -> list:
+    """ops with each op that `pick` selects moved to just before the nearest earlier op of kind `to_before`, or just
+    after the nearest later op of kind `to_after` (where there is one)."""
+    out = list(ops)
+    for op in [op for op in ops if pick(op)]:
+        i = next(i for i, o in enumerate(out) if o is op)
+        if to_before is not None:
+            j = next((j for j in range(i - 1, -1, -1) if out[j].kind == to_before), None)
+        else:
+            j = next((j + 1 for j in range(i + 1, len(out)) if out[j].kind == to_after), None)
+        if j is not None:
+            out.pop(i)
+            out.insert(j if j < i else j - 1, op)
+    return out
 
 
 def _producer_mutant(kind: str):
+    reference = _reference_of("kv_producer")
+
     def producer(ring, n_blocks):
-        for j in range(n_blocks):
-            s = 0 if kind == "p_one_slot" else j % ring.stages
-            lap = (j & 1) if kind == "p_parity_per_block" else (j // ring.stages) & 1
-            phase = lap if kind == "p_first_lap" else lap ^ 1
-            if kind == "p_waits_ready":
-                yield wait(ring.ready[s], phase)
-            elif kind != "p_no_wait":
-                yield wait(ring.empty[s], phase)
-            yield tma_load(j, s, ring.empty[s] if kind == "p_signals_empty" else ring.ready[s])
+        loads = 0
+        for op in list(reference(ring, n_blocks)):
+            empty = op.kind == "wait" and any(op.bar is b for b in ring.empty)
+            if kind == "p_no_wait" and empty:
+                continue
+            if kind == "p_first_lap" and empty:
+                op = wait(op.bar, op.phase ^ 1)
+            elif kind == "p_parity_per_block" and empty:
+                op = wait(op.bar, (loads & 1) ^ 1)
+            elif kind == "p_waits_ready" and empty:
+                op = wait(ring.ready[ring.empty.index(op.bar)], op.phase)
+            elif kind == "p_signals_empty" and op.kind == "load":
+                op = tma_load(op.block, op.slot, ring.empty[op.slot])
+            elif kind == "p_one_slot":
+                if op.kind == "wait":
+                    op = wait(ring.empty[0] if empty else ring.ready[0], op.phase)
+                elif op.kind == "load":
+                    op = tma_load(op.block, 0, ring.ready[0])
+            loads += op.kind == "load"
+            yield op
     return producer
 
 
 def _consumer_mutant(kind: str):
+    reference = _reference_of("pingpong_consumer")
+
     def consumer(ring, turns, n_blocks, group):
-        for j in range(n_blocks):
-            s = j % ring.stages
-            yield wait(ring.ready[s], (j // ring.stages) & 1)
-            mine, theirs = turns[group], turns[group] if kind == "c_self_turn" else turns[1 - group]
-            phase = ((j & 1) ^ 1) if kind == "c_both_start" else (j & 1) ^ (1 - group)
-            if kind != "c_no_turns":
-                yield wait(mine, phase)
-            yield mma(s, j)
-            if kind == "c_release_early":
-                yield arrive(ring.empty[s])
-            if kind == "c_hand_early":
-                yield arrive(theirs)
-            yield mma_wait()
-            if kind not in ("c_no_turns", "c_hand_early", "c_hold_softmax"):
-                yield arrive(theirs)
-            if kind not in ("c_release_early", "c_no_release"):
-                yield arrive(ring.empty[s])
-            yield softmax(j)
-            if kind == "c_hold_softmax":
-                yield arrive(theirs)
+        mine, theirs = turns[group], turns[1 - group]
+        ops = list(reference(ring, turns, n_blocks, group))
+
+        def hand_over(op):
+            return op.kind == "arrive" and op.bar is theirs
+
+        def release(op):
+            return op.kind == "arrive" and any(op.bar is b for b in ring.empty)
+        if kind == "c_no_turns":
+            ops = [op for op in ops if not (op.kind in ("wait", "arrive") and any(op.bar is t for t in turns))]
+        elif kind == "c_both_start" and group == 1:
+            ops = [wait(op.bar, op.phase ^ 1) if op.kind == "wait" and op.bar is mine else op for op in ops]
+        elif kind == "c_self_turn":
+            ops = [arrive(mine) if hand_over(op) else op for op in ops]
+        elif kind == "c_no_release":
+            ops = [op for op in ops if not release(op)]
+        elif kind == "c_hand_early":
+            ops = _moved(ops, hand_over, to_before="mma_wait")
+        elif kind == "c_release_early":
+            ops = _moved(ops, release, to_before="mma_wait")
+        elif kind == "c_hold_softmax":
+            ops = _moved(ops, hand_over, to_after="softmax")
+        yield from ops
     return consumer
 
 
-_reference_consumer = _consumer_mutant("none")  # no mistake: what the steady case's report compares with
 PRODUCER_BUGS = ("p_first_lap", "p_no_wait", "p_parity_per_block", "p_waits_ready", "p_signals_empty", "p_one_slot")
 CONSUMER_BUGS = ("c_no_turns", "c_both_start", "c_hand_early", "c_hold_softmax", "c_self_turn", "c_release_early",
                  "c_no_release")
@@ -428,7 +456,7 @@ class PingpongConsumer(_Protocol):
         return f"consumer {group}", ring, turns
 
     def run_one(self, fn, case, seed):
-        return run_pingpong(_grader_producer, fn, stages=case.stages, n_blocks=case.n_blocks, seed=seed,
+        return run_pingpong(_reference_of("kv_producer"), fn, stages=case.stages, n_blocks=case.n_blocks, seed=seed,
                             jitter=case.jitter, timing=case.timing)
 
     def mutant(self, kind):
@@ -483,7 +511,7 @@ class PingpongConsumer(_Protocol):
         busy = out[0].tensor_core_busy()
         if busy >= BUSY_MIN:
             return True
-        ref = self.run_one(_reference_consumer, case, 0).tensor_core_busy()
+        ref = self.run_one(_reference_of(self.id), case, 0).tensor_core_busy()
         res.problems.append(T("busy", busy=busy, want=BUSY_MIN, ref=ref))
         held = [e for e in out[0].log if e[1] in ("softmax", "arrive") and e[0] in out[0].reads]
         for g in out[0].reads:  # a hand-over that comes after the group's softmax keeps the turn through it
