@@ -200,6 +200,9 @@ def format_check(r: Outcome) -> str:
             if len(members) == 1 else _cases([m.index for m in members])
         lines.append(T("labelled", label=label, text=mark(status)))
         lines += [f"    - {p}" for p in problems]
+    passing = [c.index for c in r.cases if c.status == "PASS" and not c.problems]
+    if passing and _overall(r) == "NOT ATTEMPTED":  # no table above: say which cases pass
+        lines.append(T("labelled", label=_cases(passing), text=mark("PASS")))
     hints = _hints(r)
     if hints:
         lines.append("")

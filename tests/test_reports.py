@@ -235,3 +235,14 @@ def test_progress_reads_files_in_the_old_format(progress_file):
     store.record("flash_attention_2d", False, 2, 7, "CPU")  # an old entry is carried over into the new form
     entry = json.loads(progress_file.read_text())["flash_attention_2d"]
     assert entry["passed"] is True and entry["best"]["n"] == 7 and entry["last"]["n"] == 2
+
+
+def test_a_report_whose_other_cases_stop_at_todos_still_says_which_cases_pass():
+    """Walkthroughs 2026-12-03 (05/06) and 2026-12-04 (09: cases 19–21, the argument checks the given code already
+    makes, were in no line): the plain-text report lists the passing cases too when the rest stop at TODOs."""
+    todo = ["not attempted yet (TODO: checks)"]
+    r = result([case(i, "NOT ATTEMPTED", todo) for i in range(1, 19)] + [case(i) for i in (19, 20, 21)]
+               + [case(i, "NOT ATTEMPTED", todo) for i in range(22, 29)])
+    text = str(r)
+    assert "cases 1–18, 22–28: TODO" in text
+    assert "cases 19–21: PASS" in text
