@@ -231,12 +231,14 @@ def _passes_in_order(ex: Exercise, runner: Runner, case: Case, budget: float, en
 
 
 def _cross_case_hints(ex: Exercise, results: list[CaseResult]) -> list[str]:
-    """The exercise's hint for a tag that every failing case has and no passing case has."""
+    """The exercise's hint for a tag that every failing case has and no passing case has (or, for the exercise's
+    partial_hint_tags, that every failing case has)."""
     failed = [r for r in results if r.status == "FAIL"]
     passed = [r for r in results if r.passed]
     if not failed or not passed:
         return []
-    common = set.intersection(*(set(r.tags) for r in failed)) - set().union(*(r.tags for r in passed))
+    every = set.intersection(*(set(r.tags) for r in failed))
+    common = (every - set().union(*(r.tags for r in passed))) | (every & set(ex.partial_hint_tags))
     return [str(ex.hints[tag]) for tag in sorted(common) if tag in ex.hints]  # a hint may be a messages.Text
 
 

@@ -45,6 +45,12 @@ MUTANTS = [
     ("flash_attention_fast", 'k.shape[2] - q.shape[2] if causal and causal_align == "bottom_right" else 0', "0",
      "looks like: top-left causal alignment where bottom-right was asked for"),
     ("attention_with", "l_i = tl.where(l_i == 0.0, 1.0, l_i)", "l_i = l_i", "NaN"),
+    # the split bounds left top-left (the mask shifted, the loop bounds not): right wherever N_q = N_k, so only
+    # some bottom-right cases fail, and the report still points there
+    ("attention_with", MASKED, "masked_end = tl.minimum(N_K, (pid_m + 1) * BLOCK_M)",
+     "only the bottom-right cases fail"),
+    ("flash_attention_fast", MASKED, "masked_end = tl.minimum(N_K, (pid_m + 1) * BLOCK_M)",
+     "only the bottom-right cases fail"),
     ("flash_attention_fast", 'if causal_align not in ("top_left", "bottom_right"):', "if False:", "causal_align"),
     ("attention_with", UNMASKED,
      "unmasked_end = (tl.minimum(N_K, pid_m * BLOCK_M + CAUSAL_OFFSET) // BLOCK_N) * BLOCK_N",

@@ -735,3 +735,46 @@ def test_a_plain_call_replaces_nothing():
     for fn in (lambda: torch.ones(3).abs().sum(), lambda: grader.setup(quiet=True), lambda: __import__("json")):
         out = run(fn)
         assert out.kind == "ok", out.message
+
+
+# ---- the kernel-site report never crashes, hangs or misreports (review of 2026-12-04) -----------------------------
+def _outcome_of(fn):
+    return safety.run_learner(fn, (), {}, budget_s=5.0, inputs={}, guards=[], guard_allocations=False)
+
+
+def test_an_error_dressed_up_as_a_compile_error_is_reported_not_a_crash():
+    from types import SimpleNamespace
+
+    class CompilationError(Exception):  # the attributes of Triton's, with values it never has
+        src = "def f():\n  pass"
+        node = SimpleNamespace(lineno="a")
+        error_message = "  \n "
+
+    def learner():
+        raise CompilationError("x\ny")
+    out = _outcome_of(learner)
+    assert out.kind == "exception" and "CompilationError: x" in out.message, out.message
+
+
+def test_an_interpreter_error_caused_by_itself_does_not_hang_the_grader():
+    class InterpreterError(Exception):
+        pass
+
+    def learner():
+        e = InterpreterError("boom")
+        raise e from e
+    t0 = time.perf_counter()
+    out = _outcome_of(learner)
+    assert out.kind == "exception" and time.perf_counter() - t0 < 5, out
+
+
+def test_an_error_raised_while_handling_a_compile_error_is_reported_as_itself():
+    inner = _compile_error(_compiled_calls_broadcast)
+    try:
+        try:
+            raise inner
+        except Exception:
+            raise ValueError("my wrapper's own message\nsecond line") from None
+    except ValueError as outer:
+        kind, text = safety.classify(outer)
+    assert "ValueError: my wrapper's own message" in text and "Triton kernel" not in text, text

@@ -164,16 +164,23 @@ def test_a_backward_that_keeps_its_own_forward_is_checked_at_its_own_o(monkeypat
     monkeypatch.setattr(benchmarks, "time_ms", lambda fn, **kw: (fn(), 2.0)[1])
     monkeypatch.setattr(benchmarks, "peak_extra_mib", lambda fn: 1.0)
 
+    scale = [1.2]  # first a forward 20 % off
+
     def own_forward_backward(q, k, v, o, lse, do, causal):
-        mine = (oracle.attention(q, k, v, causal=causal) * 1.2).to(q.dtype)  # a forward far off, kept by the backward
+        mine = (oracle.attention(q, k, v, causal=causal) * scale[0]).to(q.dtype)  # the forward it keeps
         own_forward_backward.forward_output = mine
         return tuple(g.to(q.dtype) for g in oracle.attention_grads(q, k, v, do, causal=causal, o=mine))
     own_forward_backward.forward_output = None
     plan = suite.Plan(sizes=(64,), dims=(32,), dtypes=("fp16",), causal=(False,), heads=2, batch={64: 1})
     rows = sb.measure(plan, [sb.Provider("keeps its forward", sb.BACKWARD, own_forward_backward)],
                       log=lambda s: None, device="cpu")
+    assert rows[0]["status"].startswith("WRONG (its own forward"), rows  # its forward is 20 % off: not timed
+    scale[0] = 1.0  # the same provider with a right forward, rounded to fp16: its gradients follow from that o
+    rows = sb.measure(plan, [sb.Provider("keeps its forward", sb.BACKWARD, own_forward_backward)],
+                      log=lambda s: None, device="cpu")
     assert rows[0]["status"] == "ok", rows
-    # and the same gradients without the o they follow from are wrong against the exact attention
+    # and gradients of a forward 20 % off, without the o they follow from, are wrong against the exact attention
+    scale[0] = 1.2
     own_forward_backward_forgets = (lambda *a: own_forward_backward(*a))
     rows = sb.measure(plan, [sb.Provider("forgets its forward", sb.BACKWARD, own_forward_backward_forgets)],
                       log=lambda s: None, device="cpu")

@@ -197,6 +197,9 @@ class Exercise:
 
     #: "only cases tagged T fail" -> this hint (a messages.Text). Only concepts this exercise's code has.
     hint_texts: dict[str, Text] = {}
+    #: tags whose hint shows when every failing case has the tag, though some passing cases have it too (a mistake
+    #: that only some of those cases expose, e.g. loop bounds left top-left: right wherever N_q = N_k)
+    partial_hint_tags: frozenset[str] = frozenset()
     #: the hints a learner asks for with grader.hint(id, todo), in steps: per TODO (the key is how the learner's
     #: stub names it, e.g. "TODO 3" or "dK/dV step"; "" for an exercise with one part), the idea, then the math,
     #: then the shape of the code (never the line itself). Each step a messages.Text.

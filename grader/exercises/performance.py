@@ -220,6 +220,7 @@ class AttentionWith(AttentionExercise):
     budget_s = 60.0
     bug_families = (scale_and_mask_bugs, softmax_bugs, exp2_bugs)
     ladder = ATTENTION_WITH_LADDER
+    partial_hint_tags = frozenset({"bottom-right"})  # bounds without the offset: right wherever N_q = N_k
     hint_texts = pick("causal", "bottom-right", "ragged", "multi-block", "repeat", "dtype:float16", **{
         "non-square": T.later("hint_non_square"), "exp": T.later("hint_exp"), "no-split": T.later("hint_no_split")})
 
@@ -321,6 +322,7 @@ class FlashAttentionFast(FlashAttention):
     # its TODOs are attention_with's and smem_bytes' (the kernel and its pruning): their ladders, not notebook 06's
     ladder = {**ATTENTION_WITH_LADDER, **SMEM_LADDER}
     # graded on notebook 06's cases, both causal alignments
+    partial_hint_tags = frozenset({"bottom-right"})
 
     def case_builders(self, env):
         def bad_align(gen):  # FlashAttention's spelling is "bottom_right": a typo is refused, not read as top-left

@@ -120,7 +120,8 @@ def stub_label(e: BaseException | None) -> str | None:
 def _unwrapped(e: BaseException) -> list[BaseException]:
     """e and the errors the interpreter's InterpreterError wraps (one per @triton.jit call level), outermost first."""
     chain = [e]
-    while type(chain[-1]).__name__ == "InterpreterError" and chain[-1].__cause__ is not None:
+    while (type(chain[-1]).__name__ == "InterpreterError" and chain[-1].__cause__ is not None
+           and all(chain[-1].__cause__ is not x for x in chain)):  # a cycle (raise e from e) ends the walk
         chain.append(chain[-1].__cause__)
     return chain
 
@@ -190,11 +191,13 @@ def _kernel_site(e: BaseException) -> str | None:
 def _innermost_compile_error(e: BaseException):
     """The innermost of the CompilationErrors Triton's compiler chains, one per @triton.jit call level (each has
     the source of its function, `src`, and the node it points at), or None."""
-    found = None
-    for link in _chain(e):
-        if isinstance(getattr(link, "src", None), str) and hasattr(getattr(link, "node", None), "lineno") \
-                and hasattr(link, "error_message"):
+    found, link, seen = None, e, set()
+    while link is not None and id(link) not in seen:  # the compiler's own chain: __cause__ only, not what a
+        seen.add(id(link))  # learner's handler raised while handling it (__context__)
+        if (type(link).__name__ == "CompilationError" and isinstance(getattr(link, "src", None), str)
+                and isinstance(getattr(getattr(link, "node", None), "lineno", None), int)):
             found = link
+        link = link.__cause__
     return found
 
 
@@ -210,8 +213,9 @@ def _compile_error_text(e: BaseException) -> str:
     """A CompilationError said in one line: its innermost error's message (the outer ones, one per @triton.jit
     caller, only quote the calls), else the last lines of its source excerpt."""
     inner = _innermost_compile_error(e)
-    if inner is not None and inner.error_message:
-        return f"{type(inner).__name__}: {str(inner.error_message).strip().splitlines()[-1]}"
+    message = str(getattr(inner, "error_message", "") or "").strip().splitlines()
+    if message:
+        return f"{type(inner).__name__}: {message[-1]}"
     first = str(e).strip().splitlines()
     return " ".join(line.strip() for line in first[-3:])
 
@@ -235,13 +239,16 @@ def classify(e: BaseException) -> tuple[str, str]:
     if isinstance(e, SystemExit):
         call = "sys.exit()" if e.code is None else f"sys.exit({e.code!r})"
         return "exception", T("sys_exit", call=call)
-    site = _kernel_site(e)
+    try:
+        site = _kernel_site(e)
+    except Exception:  # noqa: BLE001 - an error object of the learner's own making: say less, never crash
+        site = None
     text = _describe(e, site=site is not None)
     if "illegal memory access" in text or "CUDA error" in text:  # not shown: what CUDA's errors say
         return "cuda_error", T("cuda_error", error=text.splitlines()[0])
     first = text.strip().splitlines()
     short = first[0] if first else text
-    if len(first) > 1 and _innermost_compile_error(e) is not None:
+    if len(first) > 1 and site is not None and _innermost_compile_error(e) is not None:
         short = _compile_error_text(e)
     # inside a kernel, the kernel's function and line; else the learner's line that raised (on a GPU, where the
     # compiler raised, that is the launch)
