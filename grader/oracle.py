@@ -109,48 +109,59 @@ def kv_block_split_problems(start_m: int, block_m: int, block_n: int, n_k: int, 
 
 
 # ------------------------------------------------------------------------------ notebook 09: the backward pass
-def _scores64(q: torch.Tensor, k: torch.Tensor, sm_scale=None, causal: bool = False) -> torch.Tensor:
+def _scores64(q: torch.Tensor, k: torch.Tensor, sm_scale=None, causal: bool = False,
+              align: str = "top_left") -> torch.Tensor:
     """scale · q kᵀ in fp64 (-inf where causal masks), K heads repeated to the query heads (GQA). Keeps autograd."""
     if q.dim() >= 3 and q.shape[-3] != k.shape[-3]:
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
-        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device, align=align), float("-inf"))
     return s
 
 
-def attention_lse(q: torch.Tensor, k: torch.Tensor, sm_scale=None, causal: bool = False) -> torch.Tensor:
-    """The log-sum-exp of every query row of the scaled (masked) scores, natural log, fp64: shape (..., H, N_q)."""
+def attention_lse(q: torch.Tensor, k: torch.Tensor, sm_scale=None, causal: bool = False, *,
+                  align: str = "top_left") -> torch.Tensor:
+    """The log-sum-exp of every query row of the scaled (masked) scores, natural log, fp64: shape (..., H, N_q).
+    A row that sees no key (bottom-right, N_q > N_k) has -inf."""
     q, k = _f64(q, k)
-    return torch.logsumexp(_scores64(q, k, sm_scale, causal), dim=-1)
+    return torch.logsumexp(_scores64(q, k, sm_scale, causal, align), dim=-1)
 
 
-def attention_grads(q, k, v, do, sm_scale=None, causal: bool = False, *, o=None, lse=None):
+def attention_grads(q, k, v, do, sm_scale=None, causal: bool = False, *, o=None, lse=None, align: str = "top_left"):
     """(dq, dk, dv) of softmax(q kᵀ · scale) v for the output gradient do, in fp64; dk, dv summed over GQA groups.
 
     With o=None: torch.autograd through the naive attention, on the inputs upcast to fp64. With o (and lse): the
     same gradients evaluated from the o (and lse) a kernel was handed, as a backward kernel computes them:
     Δ = rowsum(dO ∘ o) and P = exp(S − lse) (exact P when lse is None). Only Δ depends noticeably on a rounded o,
     and a correct kernel sees exactly that rounding, so grading against it leaves the kernel's own error. Both
-    agree to rounding when o and lse are exact (tests/test_oracle.py).
+    agree to rounding when o and lse are exact (tests/test_oracle.py). align is attention()'s: with
+    "bottom_right" a row that sees no key (N_q > N_k) outputs 0, so its gradients are 0 (P is 0 there).
     """
     q, k, v, do = _f64(q, k, v, do)
+    keep = causal_mask(q.shape[-2], k.shape[-2], q.device, align=align) if causal else None
+    seen = None if keep is None else keep.any(-1, keepdim=True)  # the rows that see a key
     if o is None:
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         with torch.enable_grad():
-            s = _scores64(q, k, sm_scale, causal)
+            s = _scores64(q, k, sm_scale, causal, align)
             group = q.shape[-3] // k.shape[-3] if q.dim() >= 3 else 1
             vv = v.repeat_interleave(group, dim=-3) if group > 1 else v
-            out = torch.softmax(s, dim=-1) @ vv
+            if seen is not None:  # an empty row's softmax is 0/0: give it finite scores, then weight 0
+                s = s.where(seen, 0.0)
+            p = torch.softmax(s, dim=-1)
+            out = (p if seen is None else p.where(seen, 0.0)) @ vv
             return torch.autograd.grad(out, (q, k, v), do)
     (o,) = _f64(o)
     group = q.shape[-3] // k.shape[-3] if q.dim() >= 3 else 1
     kk = k.repeat_interleave(group, dim=-3) if group > 1 else k
     vv = v.repeat_interleave(group, dim=-3) if group > 1 else v
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    s = _scores64(q, k, scale, causal)
+    s = _scores64(q, k, scale, causal, align)
     p = torch.softmax(s, dim=-1) if lse is None else torch.exp(s - _f64(lse)[0][..., None])
+    if keep is not None:  # rows that see no key: exp(-inf - (-inf)) or softmax's 0/0 is NaN; P is 0 there
+        p = p.masked_fill(~keep, 0.0)
     dp = do @ vv.transpose(-1, -2)
     ds = p * (dp - (do * o).sum(-1, keepdim=True))
     dq = scale * (ds @ kk)

@@ -99,9 +99,10 @@ KERNEL = [
     ("    p = tl.math.exp2(s * qk_scale - lse2[:, None])",
      "    p = tl.math.exp2(s * qk_scale - tl.max(s * qk_scale, 1)[:, None])",
      "looks like: P recomputed from the block max instead of lse"),
-    ("            keep = keep & (offs_n[None, :] <= offs_m[:, None])", "            keep = keep",
+    ("            keep = keep & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)", "            keep = keep",
      "looks like: causal mask missing in the backward"),
-    ("            keep_t = keep_t & (offs_m[None, :] >= offs_n[:, None])", "            keep_t = keep_t",
+    ("            keep_t = keep_t & (offs_m[None, :] + CAUSAL_OFFSET >= offs_n[:, None])",
+     "            keep_t = keep_t",
      "looks like: causal mask missing in the backward"),
     ("    for g in range(GROUP_SIZE):", "    for g in range(1):", "looks like: GQA: dK/dV not summed over the group"),
     ("    dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PRECISION)",
@@ -137,9 +138,10 @@ ONE_KERNEL = [
      "looks like: Δ missing from dSᵀ in the dK/dV step —", "only dk is wrong"),
     ("    ds = p * (dp - delta[:, None])", "    ds = p * dp", "looks like: Δ missing from dS in the dQ step —",
      "only dq is wrong"),
-    ("            keep_t = keep_t & (offs_m[None, :] >= offs_n[:, None])", "            keep_t = keep_t",
+    ("            keep_t = keep_t & (offs_m[None, :] + CAUSAL_OFFSET >= offs_n[:, None])",
+     "            keep_t = keep_t",
      "looks like: causal mask missing in the backward's dK/dV step —", "dq is right"),
-    ("            keep = keep & (offs_n[None, :] <= offs_m[:, None])", "            keep = keep",
+    ("            keep = keep & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)", "            keep = keep",
      "looks like: causal mask missing in the backward's dQ step —", "dk and dv are right"),
     # Δ itself wrong: both kernels' gradients are, and the report names no step
     (DELTA_SUM, DELTA_SUM + " * 0.0", "looks like: Δ missing —", None),
@@ -194,7 +196,8 @@ def test_flash_attention_backward_atomic_mutants(old, new, named, few_cases):
 def test_a_causal_bound_right_only_for_square_tiles_fails(few_cases):
     """The interpreter runs dK/dV with fewer query rows than keys per tile, as the GPU does: a diagonal range of one
     Q block passed every case while it ran 32×32 tiles (a learner walkthrough, 2026-12-01)."""
-    right = "        diag_end = tl.minimum(N_Q, tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M)\n"
+    right = ("        diag_end = tl.minimum(N_Q, tl.cdiv(tl.maximum(0, start_n + BLOCK_N - CAUSAL_OFFSET), BLOCK_M) "
+             "* BLOCK_M)\n")
     r = grader.check("flash_attention_backward", mutant(
         "flash_attention_backward", right, "        diag_end = tl.minimum(N_Q, lo + BLOCK_M)\n"),
         quiet=True, record=False)
@@ -222,11 +225,11 @@ def test_flash_attention_forward_mutants(old, new, named, few_cases):
 
 
 AUTOGRAD = [
-    ("    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale)",
-     "    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale).detach()", "o has no grad_fn"),
+    ("    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, causal_align)",
+     "    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, causal_align).detach()", "o has no grad_fn"),
     # the kernel's values with PyTorch's gradients: a learner walkthrough found this passing (2026-12-01)
-    ("    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale)",
-     "    o = flash_attention_forward(q, k, v, causal, sm_scale)[0]\n"
+    ("    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, causal_align)",
+     "    o = flash_attention_forward(q, k, v, causal, sm_scale, causal_align)[0]\n"
      "    t = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,\n"
      "                                                         enable_gqa=True)\n"
      "    return t + (o - t).detach()", "without a single Triton kernel launch"),
@@ -328,3 +331,149 @@ def test_gradient_tolerances_scale_with_the_gradients_rms():
         used.append(max(float(((x - y).abs() / (a * y.pow(2).mean().sqrt() + r * y.abs())).max())
                         for x, y in zip(kernel, ref)))
     assert max(used) < 0.5 and max(used) < 3 * min(used), used
+
+
+# ---- causal_align="bottom_right" (issue 27, second part) -----------------------------------------------------------
+BR = ("causal bottom-right, Nq > Nk: rows that see no key", "causal bottom-right, Nq < Nk",
+      "causal bottom-right GQA as (B, N, H, D) views", "causal bottom-right, one key more than queries")
+BR_EMPTY = {BR[0], BR[2]}  # N_q > N_k: the first rows see no key
+KERNEL_EXERCISES = ("flash_attention_forward", "flash_attention_backward", "flash_attention_backward_atomic",
+                    "flash_attention_autograd")
+OFFSET = 'k.shape[2] - q.shape[2] if causal and causal_align == "bottom_right" else 0'
+ALIGN_CHECK = 'if causal_align not in ("top_left", "bottom_right"):'
+
+
+@pytest.fixture
+def br_cases(monkeypatch):
+    """The bottom-right cases and two top-left ones (one causal) that a bottom-right mistake leaves right."""
+    full = backward.reach_specs
+    keep = BR + ("one block", "causal GQA as (B, N, H, D) views")
+    monkeypatch.setattr(backward, "reach_specs", lambda env: [s for s in full(env) if s[0] in keep])
+    monkeypatch.setattr(backward, "backward_bad_argument_builders", lambda env: [])
+    monkeypatch.setattr(backward, "bad_argument_builders", lambda env: [])
+    monkeypatch.setattr(backward, "bad_align_builders", lambda env, what: [], raising=False)
+
+
+@pytest.mark.parametrize("ex_id", KERNEL_EXERCISES)
+def test_every_kernel_exercise_grades_both_alignments(ex_id):
+    names = [c.name for c in get(ex_id).make_cases(ENV, torch.Generator().manual_seed(0))]
+    assert all(name in names for name in BR), names
+    assert any("causal, Nq > Nk (top-left)" in n for n in names)
+    if ex_id != "flash_attention_autograd":
+        assert any("causal_align" in n and "bad arguments" in n for n in names), names
+
+
+@pytest.mark.parametrize("ex_id", KERNEL_EXERCISES)
+def test_the_offset_ignored_fails_the_bottom_right_cases_and_says_so(ex_id, br_cases):
+    r = grader.check(ex_id, mutant(ex_id, OFFSET, "0"), quiet=True, record=False)
+    text = str(r)
+    assert {c.name for c in r.cases if not c.passed} == set(BR), text
+    assert "only the bottom-right cases fail" in text, text
+    assert "looks like: top-left causal alignment where bottom-right was asked for" in text, text
+
+
+@pytest.mark.parametrize("old, new", [
+    ('m_new = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_new = m_new"),  # exp(-inf - (-inf))
+    ("l_i = tl.where(l_i == 0.0, 1.0, l_i)", "l_i = l_i"),  # 0 / 0
+], ids=["-inf max", "0 over 0"])
+def test_an_empty_row_unguarded_gives_nan_and_is_named(old, new, br_cases):
+    r = grader.check("flash_attention_forward", mutant("flash_attention_forward", old, new), quiet=True,
+                     record=False)
+    text = str(r)
+    assert {c.name for c in r.cases if not c.passed} == BR_EMPTY, text
+    assert "NaN in rows that see no key" in text, text
+
+
+@pytest.mark.parametrize("old, new, wrong, right", [
+    ("keep_t = keep_t & (offs_m[None, :] + CAUSAL_OFFSET >= offs_n[:, None])",
+     "keep_t = keep_t & (offs_m[None, :] >= offs_n[:, None])", ("dk", "dv"), ("dq",)),
+    ("keep = keep & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)",
+     "keep = keep & (offs_n[None, :] <= offs_m[:, None])", ("dq",), ("dk", "dv")),
+], ids=["dK/dV step", "dQ step"])
+def test_the_offset_forgotten_in_one_step_fails_that_kernels_gradients(old, new, wrong, right, br_cases):
+    r = grader.check("flash_attention_backward", mutant("flash_attention_backward", old, new), quiet=True,
+                     record=False)
+    text = str(r)
+    failed = [c for c in r.cases if not c.passed]
+    assert {c.name for c in failed} == set(BR), text
+    for c in failed:
+        said = " ".join(c.problems)
+        assert any(f"{g}:" in said for g in wrong), said
+        assert not any(f"{g}:" in said for g in right), said
+    assert "only the bottom-right cases fail" in text, text
+
+
+LO = "lo = (tl.maximum(0, tl.minimum(N_Q, start_n - CAUSAL_OFFSET)) // BLOCK_M) * BLOCK_M"
+DIAG_END = "diag_end = tl.minimum(N_Q, tl.cdiv(tl.maximum(0, start_n + BLOCK_N - CAUSAL_OFFSET), BLOCK_M) * BLOCK_M)"
+
+
+@pytest.mark.parametrize("old, new", [
+    (LO, LO.replace(" - CAUSAL_OFFSET", "")),  # too late a start when N_q < N_k: rows that see the block skipped
+    (DIAG_END, DIAG_END.replace(" - CAUSAL_OFFSET", "")),  # too early an end when N_q > N_k: hidden pairs unmasked
+    (LO, "lo = (start_n - CAUSAL_OFFSET) // BLOCK_M * BLOCK_M"),  # not clamped: a walk from before the first row
+], ids=["lo without the offset", "diag_end without the offset", "lo not clamped"])
+def test_a_causal_range_without_the_offset_fails_bottom_right_dk_dv(old, new, br_cases):
+    r = grader.check("flash_attention_backward", mutant("flash_attention_backward", old, new), quiet=True,
+                     record=False)
+    failed = [c for c in r.cases if not c.passed]
+    assert failed and {c.name for c in failed} <= set(BR), str(r)
+    assert all(not any(p.startswith("dq:") for p in c.problems) for c in failed), str(r)
+
+
+def test_the_lse_check_takes_minus_inf_where_a_row_sees_no_key_and_refuses_nan(br_cases):
+    ref = _module().flash_attention_forward  # a copy as a learner would have it (not grader.reference)
+
+    def nan_rows(*args, **kwargs):
+        o, lse = ref(*args, **kwargs)
+        return o, torch.where(torch.isneginf(lse), float("nan"), lse)
+    assert grader.check("flash_attention_forward", ref, quiet=True, record=False).passed
+    r = grader.check("flash_attention_forward", nan_rows, quiet=True, record=False)
+    failed = [c for c in r.cases if not c.passed]
+    assert {c.name for c in failed} == BR_EMPTY, str(r)
+    assert all(any(p.startswith("lse:") and "NaN/Inf" in p for p in c.problems) for c in failed), str(r)
+
+
+@pytest.mark.parametrize("ex_id", ["flash_attention_forward", "flash_attention_backward"])
+def test_a_causal_align_typo_is_refused_before_a_launch(ex_id, monkeypatch):
+    monkeypatch.setattr(backward, "reach_specs", lambda env: [s for s in REACH(env) if s[0] == "one block"])
+    monkeypatch.setattr(backward, "backward_bad_argument_builders", lambda env: [])
+    monkeypatch.setattr(backward, "bad_argument_builders", lambda env: [])
+    r = grader.check(ex_id, mutant(ex_id, ALIGN_CHECK, "if False:"), quiet=True, record=False)
+    failed = [c for c in r.cases if not c.passed]
+    assert failed and all("causal_align" in c.name for c in failed), str(r)
+    assert grader.check(ex_id, grader.reference(ex_id), quiet=True, record=False).passed
+
+
+def test_the_autograd_function_passes_the_alignment_on(br_cases):
+    r = grader.check("flash_attention_autograd", mutant(
+        "flash_attention_autograd", "causal_align=ctx.causal_align)", 'causal_align="top_left")'),
+        quiet=True, record=False)
+    text = str(r)
+    assert {c.name for c in r.cases if not c.passed} == set(BR), text
+    assert "only the bottom-right cases fail" in text, text
+
+
+@pytest.mark.parametrize("nq, nk", [(7, 9), (9, 5)])
+def test_the_reference_passes_gradcheck_in_fp64_bottom_right(nq, nk):
+    if not ENV.interpreter and not _module().FP64_ON_GPU:
+        pytest.skip("float64 kernels run on the interpreter only with this Triton (FP64_ON_GPU)")
+    fn = grader.reference("flash_attention_autograd")
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(1, h, n, 16, generator=g, dtype=torch.float64).to(ENV.device).requires_grad_() for h, n in
+            ((4, nq), (2, nk), (2, nk))]
+    o = fn(*args, causal=True, causal_align="bottom_right")
+    assert torch.equal(o[:, :, :max(0, nq - nk)], torch.zeros_like(o[:, :, :max(0, nq - nk)]))
+    assert torch.autograd.gradcheck(lambda q, k, v: fn(q, k, v, causal=True, sm_scale=0.3,
+                                                       causal_align="bottom_right"),
+                                    args, fast_mode=True, atol=1e-5, rtol=1e-4)
+
+
+def test_a_kernel_is_not_called_right_when_its_gradient_was_refused_unread(few_cases):
+    """Review, 2026-12-04: dq refused for its dtype (never compared) must not be reported as right beside a dK/dV
+    step mistake: the report then names the mistake without placing it in one kernel."""
+    r = grader.check("flash_attention_backward", mutant(
+        "flash_attention_backward", "    ds_t = p_t * (dp_t - delta[None, :])", "    ds_t = p_t * dp_t",
+        "    return grad_q, grad_k, grad_v", "    return grad_q.double(), grad_k, grad_v"), quiet=True, record=False)
+    text = str(r)
+    assert not r.passed and "looks like: Δ missing —" in text, text
+    assert "dq is right" not in text and "only dk is wrong" not in text, text

@@ -45,3 +45,35 @@ def test_kv_block_split_formula_agrees_with_brute_force():
 def test_kv_block_split_problems_explain_mistakes():
     assert any("skips it" in p for p in oracle.kv_block_split_problems(1, 64, 64, 256, (64, 64)))
     assert any("without the mask" in p for p in oracle.kv_block_split_problems(1, 64, 64, 256, (128, 128)))
+
+
+@pytest.mark.parametrize("nq, nk", [(9, 5), (5, 9), (6, 6)])
+def test_bottom_right_gradients_match_autograd_of_the_masked_attention(nq, nk):
+    """attention_grads(align="bottom_right") against fp64 autograd of SDPA with the bottom-right mask as an explicit
+    boolean mask, on the rows that see a key; a row that sees none (N_q > N_k) outputs 0: zero gradients, no NaN."""
+    g = torch.Generator().manual_seed(1)
+    q, do = (torch.randn(2, 4, nq, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    k, v = (torch.randn(2, 2, nk, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    keep = torch.arange(nk)[None, :] <= torch.arange(nq)[:, None] + (nk - nq)
+    rows = keep.any(-1)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ql, kl, vl = leaves
+    seen = F.scaled_dot_product_attention(ql[:, :, rows], kl.repeat_interleave(2, 1), vl.repeat_interleave(2, 1),
+                                          attn_mask=keep[rows], scale=0.3)
+    out = torch.zeros(2, 4, nq, 8, dtype=torch.float64).index_put((torch.tensor([0, 1])[:, None, None],
+                                                                   torch.arange(4)[None, :, None],
+                                                                   rows.nonzero().flatten()[None, None, :]), seen)
+    want = torch.autograd.grad(out, leaves, do)
+    o = oracle.attention(q, k, v, 0.3, True, align="bottom_right")
+    lse = oracle.attention_lse(q, k, 0.3, True, align="bottom_right")
+    assert torch.allclose(o, out.detach(), atol=1e-12)
+    assert bool(torch.isneginf(lse[..., ~rows]).all()) and bool(torch.isfinite(lse[..., rows]).all())
+    for got in (oracle.attention_grads(q, k, v, do, 0.3, True, align="bottom_right"),
+                oracle.attention_grads(q, k, v, do, 0.3, True, o=o, lse=lse, align="bottom_right"),
+                oracle.attention_grads(q, k, v, do, 0.3, True, o=o, align="bottom_right")):
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and bool(torch.isfinite(a).all()) and (a - b).abs().max() < 1e-12
+        assert bool((got[0][:, :, ~rows] == 0).all())  # dq of a row that sees no key
+    # the default stays top-left
+    assert all(torch.equal(a, b) for a, b in zip(oracle.attention_grads(q, k, v, do, 0.3, True),
+                                                 oracle.attention_grads(q, k, v, do, 0.3, True, align="top_left")))

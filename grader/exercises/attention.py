@@ -570,13 +570,14 @@ def layout_bugs(case: AttentionCase) -> list[BugModel]:
         H, Hkv = q.shape[1], k.shape[1]
         idx = torch.arange(H) % Hkv
         bugs.append(BugModel(T("bug_gqa_head"), T("bug_gqa_head_why", h_kv=Hkv, group=H // Hkv),
-                             lambda: oracle.attention(q, k[:, idx], v[:, idx], case.scale, case.causal)))
+                             lambda: oracle.attention(q, k[:, idx], v[:, idx], case.scale, case.causal,
+                                                      align=case.causal_align)))
     if case.layout == "bnhd":
         def as_contiguous_memory():
             # what a kernel reads if it assumes contiguous (B, H, N, D) strides on this (B, N, H, D) memory
             rs = [torch.as_strided(case.placed[x], case.placed[x].shape, torch.empty(case.placed[x].shape).stride())
                   .to(torch.float64).cpu() for x in "qkv"]
-            return oracle.attention(*rs, sm_scale=case.scale, causal=case.causal)
+            return oracle.attention(*rs, sm_scale=case.scale, causal=case.causal, align=case.causal_align)
         bugs.append(BugModel(T("bug_strides"), T("bug_strides_why"), as_contiguous_memory))
     if case.layout == "mixed":
         def v_with_k_strides():

@@ -41,6 +41,7 @@ from .cases import (  # noqa: F401 - importable here as before the split (tests 
     _make,
     backward_bad_argument_builders,
     backward_case,
+    bad_align_builders,
     case_name,
     reach_specs,
 )
@@ -65,23 +66,33 @@ T = catalogue("exercises.backward", {  # the chapter's namespace, shared with it
                                               "单个反向 kernel：dQ 用原子加累加"),
     "title_flash_attention_autograd": ("A differentiable FlashAttention (autograd.Function)",
                                        "可求导的 FlashAttention（autograd.Function）"),
+    "sig_flash_attention_forward": (
+        "flash_attention_forward(q, k, v, causal=False, sm_scale=None, causal_align=\"top_left\") -> (o, lse)",
+        "flash_attention_forward(q, k, v, causal=False, sm_scale=None, causal_align=\"top_left\") -> (o, lse)"),
+    "sig_flash_attention_autograd": (
+        "flash_attention_autograd(q, k, v, causal=False, sm_scale=None, causal_align=\"top_left\") -> o",
+        "flash_attention_autograd(q, k, v, causal=False, sm_scale=None, causal_align=\"top_left\") -> o"),
     "sig_attention_backward": (
         "attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)",
         "attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)"),
     "sig_flash_attention_backward": (
-        "flash_attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)",
-        "flash_attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)"),
+        "flash_attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None, causal_align=\"top_left\") "
+        "-> (dq, dk, dv)",
+        "flash_attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None, causal_align=\"top_left\") "
+        "-> (dq, dk, dv)"),
     "sig_flash_attention_backward_atomic": (
-        "flash_attention_backward_atomic(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)",
-        "flash_attention_backward_atomic(q, k, v, o, lse, do, causal=False, sm_scale=None) -> (dq, dk, dv)"),
+        "flash_attention_backward_atomic(q, k, v, o, lse, do, causal=False, sm_scale=None, "
+        "causal_align=\"top_left\") -> (dq, dk, dv)",
+        "flash_attention_backward_atomic(q, k, v, o, lse, do, causal=False, sm_scale=None, "
+        "causal_align=\"top_left\") -> (dq, dk, dv)"),
     # ---- what the exercises check themselves
     "expected_o_lse": ("expected a tuple (o, lse) of 2 tensors, got {type}",
                        "应返回由 2 个张量组成的元组 (o, lse)，实际得到的是 {type}"),
     "expected_o": ("expected the output tensor o, got {type}", "应返回输出张量 o，实际得到的是 {type}"),
     "no_grad_fn": ("o has no grad_fn: autograd cannot reach your backward. Return the output of "
-                   "FlashAttentionFunction.apply(q, k, v, causal, sm_scale), and do not detach it",
+                   "FlashAttentionFunction.apply(q, k, v, causal, sm_scale, causal_align), and do not detach it",
                    "o 没有 grad_fn：autograd 走不到你的反向。请返回 "
-                   "FlashAttentionFunction.apply(q, k, v, causal, sm_scale) 的输出，并且不要 detach 它"),
+                   "FlashAttentionFunction.apply(q, k, v, causal, sm_scale, causal_align) 的输出，并且不要 detach 它"),
     "backward_failed": ("backward: {error}", "反向：{error}"),
     "backward_no_kernel": ("the gradients came without a single Triton kernel launch: autograd differentiated PyTorch "
                            "operations, not your kernels. FlashAttentionFunction.backward must compute dq, dk, dv with "
@@ -102,13 +113,38 @@ T = catalogue("exercises.backward", {  # the chapter's namespace, shared with it
                          "grader 会在输入前后放上填满 NaN 的保护区，并把你用 torch.empty 分配的张量都填成 NaN："
                          "梯度里出现 NaN，说明有不带 mask 的越界读、有从没写过的元素（一个 K/V 块即使没有任何 Q 块"
                          "访问到，也要把它的零写回去），或者 exp(S − L) 上溢了（没减 L）"),
+    "nonfinite_empty_rows": ("NaN/Inf in a bottom-right case with N_q > N_k: the rows that see no key have lse = −∞, "
+                             "so exp(S − L) is +∞ there (and NaN where S was set to −∞ first). Zero P with the mask "
+                             "after the exponential (tl.where), and keep such a row out of every unmasked block; its "
+                             "Δ is 0 (o is 0), so its dS, and its share of every gradient, is 0",
+                             "右下对齐且 N_q > N_k 的用例里出现了 NaN/Inf：看不到任何 key 的行 lse = −∞，所以那里的 "
+                             "exp(S − L) 是 +∞（如果先把 S 设成了 −∞，就是 NaN）。要在取指数之后用掩码把 P 置零"
+                             "（tl.where），并且这样的行不能出现在任何不加掩码的块里；它的 Δ 是 0（o 是 0），所以它的 "
+                             "dS、它对每个梯度的贡献都是 0"),
     # ---- hints: only the cases with this tag fail
     "hint_causal": ("only causal cases fail: the recomputed P must be masked exactly as in the forward (P_ij = 0 "
-                    "for j > i, top-left), in both kernels; and the dK/dV program of keys [n0, n0 + BLOCK_N) must "
-                    "start at the Q block that contains row n0, not skip it",
-                    "只有因果用例未通过：重算的 P 必须和前向一模一样地加掩码（j > i 时 P_ij = 0，左上对齐），"
-                    "两个 kernel 都要；负责 key [n0, n0 + BLOCK_N) 的 dK/dV program 必须从包含第 n0 行的那个 "
-                    "Q 块开始，不能把它跳过"),
+                    "for j > i + CAUSAL_OFFSET: 0 top-left, N_k − N_q bottom-right), in both kernels; and the dK/dV "
+                    "program of keys [n0, n0 + BLOCK_N) must start at the Q block that contains row "
+                    "n0 − CAUSAL_OFFSET (clamped to [0, N_q]), not skip it",
+                    "只有因果用例未通过：重算的 P 必须和前向一模一样地加掩码（j > i + CAUSAL_OFFSET 时 P_ij = 0："
+                    "左上对齐时偏移为 0，右下对齐时为 N_k − N_q），两个 kernel 都要；负责 key [n0, n0 + BLOCK_N) "
+                    "的 dK/dV program 必须从包含第 n0 − CAUSAL_OFFSET 行（夹到 [0, N_q] 之内）的那个 Q 块开始，"
+                    "不能把它跳过"),
+    "hint_bottom_right": ("only the bottom-right cases fail: with causal_align=\"bottom_right\" query i sees the "
+                          "keys j ≤ i + CAUSAL_OFFSET, CAUSAL_OFFSET = N_k − N_q (of either sign). Both steps' masks "
+                          "take the offset, and so does the dK/dV causal range (the queries i ≥ start_n − "
+                          "CAUSAL_OFFSET see a key block); when N_q > N_k the first N_q − N_k rows see no key, their "
+                          "lse is −∞ and their gradients are 0",
+                          "只有右下对齐的用例未通过：causal_align=\"bottom_right\" 时 query i 能看到 "
+                          "j ≤ i + CAUSAL_OFFSET 的 key，CAUSAL_OFFSET = N_k − N_q（可正可负）。两个 step 的掩码都要"
+                          "带上这个偏移，dK/dV causal range 也一样（query i ≥ start_n − CAUSAL_OFFSET 才看得到一个 "
+                          "key 块）；N_q > N_k 时前 N_q − N_k 行一个 key 也看不到，它们的 lse 是 −∞，梯度是 0"),
+    "hint_bottom_right_autograd": (
+        "only the bottom-right cases fail: causal_align must reach both kernels. forward passes it to "
+        "flash_attention_forward and keeps it on ctx; backward passes it to flash_attention_backward, and returns a "
+        "None for it, one per non-tensor input",
+        "只有右下对齐的用例未通过：causal_align 必须传到两个 kernel。forward 把它传给 flash_attention_forward，"
+        "并留在 ctx 上；backward 把它传给 flash_attention_backward，并为它返回一个 None（每个非张量输入一个）"),
     "hint_gqa": ("only the grouped-query cases fail: dK and dV of K/V head h_kv are the sums over the G = H / H_kv "
                  "query heads h_kv·G … h_kv·G + G − 1; the dQ of head h reads K/V head h // G",
                  "只有分组查询注意力（GQA）用例未通过：K/V 头 h_kv 的 dK 和 dV 是 G = H / H_kv 个 query 头 "
@@ -169,6 +205,7 @@ T = catalogue("exercises.backward", {  # the chapter's namespace, shared with it
 #: the backward's own hints, where the shared attention ones (attention.pick) do not fit
 _OWN_HINTS = {
     "causal": T.later("hint_causal"),
+    "bottom-right": T.later("hint_bottom_right"),
     "gqa": T.later("hint_gqa"),
     "large": T.later("hint_large"),
     "multi-block": T.later("hint_multi_block"),
@@ -233,15 +270,18 @@ class FlashAttentionBackward(AttentionBackward):
     kernel_bugs = True
     budget_s = 60.0
     ladder = LADDERS["flash_attention_backward"]
-    hint_texts = _hints("causal", "gqa", "large", "multi-block", "ragged", "strided", "scale", "pad-d", "batch",
-                        "heads", "dtype:float16", "dtype:bfloat16", "dtype:float32", "repeat", "arguments")
+    hint_texts = _hints("causal", "bottom-right", "gqa", "large", "multi-block", "ragged", "strided", "scale",
+                        "pad-d", "batch", "heads", "dtype:float16", "dtype:bfloat16", "dtype:float32", "repeat",
+                        "arguments")
 
     def nonfinite_hint(self, case: Case) -> str:
+        if "bottom-right" in case.tags and case.n_q > case.n_k:  # the case's own cause of NaN
+            return T("nonfinite_empty_rows")
         return T("nonfinite_kernel")
 
     def case_builders(self, env):
         return [_builder(env, "kernel", name, **spec) for name, spec in reach_specs(env)] + \
-            backward_bad_argument_builders(env)
+            backward_bad_argument_builders(env) + bad_align_builders(env, "kernel")
 
     def hidden_case_builders(self, env):
         def draw(gen):
@@ -266,8 +306,8 @@ class FlashAttentionForward(AttentionExercise):
     triton = True
     bug_families = (scale_and_mask_bugs, softmax_bugs, layout_bugs)
     ladder = LADDERS["flash_attention_forward"]
-    hint_texts = pick("causal", "ragged", "strided", "large", "multi-block", "scale", "pad-d", "batch",
-                      "heads", "dtype:float16", "dtype:float32", "dtype:bfloat16", "repeat",
+    hint_texts = pick("causal", "bottom-right", "ragged", "strided", "large", "multi-block", "scale", "pad-d",
+                      "batch", "heads", "dtype:float16", "dtype:float32", "dtype:bfloat16", "repeat",
                       gqa=T.later("hint_forward_gqa"), arguments=T.later("hint_forward_arguments"))
 
     def judge(self, out, case: BackwardCase, res, device) -> bool:
@@ -283,7 +323,8 @@ class FlashAttentionForward(AttentionExercise):
 
     def case_builders(self, env):
         bad = [b for b in bad_argument_builders(env) if "float64" not in b(torch.Generator().manual_seed(0)).name]
-        builders = [_builder(env, "forward", name, **spec) for name, spec in reach_specs(env)] + bad
+        builders = [_builder(env, "forward", name, **spec) for name, spec in reach_specs(env)] + bad + \
+            bad_align_builders(env, "forward")
         if env.interpreter:  # what the autograd exercise's gradcheck runs on: o and lse in float64
             builders.append(_builder(env, "forward", case_name("fp64_gradcheck"), H=2, H_kv=1, Nq=20, Nk=33, D=16,
                                      dtype=torch.float64, causal=True, tags={"ragged"}))
@@ -310,6 +351,7 @@ class FlashAttentionAutograd(FlashAttentionForward):
 
     hint_texts = _hints("causal", "gqa", "multi-block", "ragged", "strided", "scale", "batch", "heads",
                         "dtype:float16", "dtype:bfloat16", "dtype:float32", "repeat")
+    hint_texts["bottom-right"] = T.later("hint_bottom_right_autograd")
 
     def invoke(self, fn, args, kwargs, extra) -> AutogradRun:
         o = fn(*args, **kwargs)
@@ -342,13 +384,15 @@ class FlashAttentionAutograd(FlashAttentionForward):
             error = out.backward_error.replace(T("your_function"), T("your_backward"))
             res.problems.append(T("backward_failed", error=error))
             return False
-        refs = oracle.attention_grads(case.q, case.k, case.v, case.do, case.scale, case.causal, o=o)
+        refs = oracle.attention_grads(case.q, case.k, case.v, case.do, case.scale, case.causal, o=o,
+                                      align=case.causal_align)
         return judge_grads(self, out.grads, case, refs, res, device, lambda: grad_bugs(case, kernel=True, o=o))
 
     def case_builders(self, env):
         keep = {case_name(key) for key in (
             "one_block", "batch_heads_blocks", "ragged_nq_nk", "gqa_6_2", "bnhd_views", "explicit_scale",
-            "causal_nq_gt_nk", "causal_gqa_bnhd", "fp32", "long_causal", "bf16_causal_gqa")}
+            "causal_nq_gt_nk", "causal_gqa_bnhd", "fp32", "long_causal", "bf16_causal_gqa",
+            "br_empty_rows", "br_nq_lt_nk", "br_gqa_strided", "br_one_more_key")}
         builders = [_builder(env, "autograd", name, **spec) for name, spec in reach_specs(env) if name in keep]
         if env.interpreter:  # what gradcheck runs on; on a GPU only where Triton compiles fp64 dots
             builders.append(_builder(env, "autograd", case_name("fp64_gradcheck"), H=2, H_kv=1, Nq=20, Nk=33,
@@ -360,14 +404,12 @@ EXERCISES = [
     AttentionBackward("attention_backward", T.later("title_attention_backward"), "09_backward", "attention_backward",
                       T.later("sig_attention_backward")),
     FlashAttentionForward("flash_attention_forward", T.later("title_flash_attention_forward"), "09_backward",
-                          "flash_attention_forward", "flash_attention_forward(q, k, v, causal=False, sm_scale=None) "
-                          "-> (o, lse)"),
+                          "flash_attention_forward", T.later("sig_flash_attention_forward")),
     FlashAttentionBackward("flash_attention_backward", T.later("title_flash_attention_backward"), "09_backward",
                            "flash_attention_backward", T.later("sig_flash_attention_backward")),
     FlashAttentionBackwardAtomic("flash_attention_backward_atomic", T.later("title_flash_attention_backward_atomic"),
                                  "09_backward", "flash_attention_backward_atomic",
                                  T.later("sig_flash_attention_backward_atomic")),
     FlashAttentionAutograd("flash_attention_autograd", T.later("title_flash_attention_autograd"), "09_backward",
-                           "flash_attention_autograd", "flash_attention_autograd(q, k, v, causal=False, sm_scale=None) "
-                           "-> o"),
+                           "flash_attention_autograd", T.later("sig_flash_attention_autograd")),
 ]

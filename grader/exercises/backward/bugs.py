@@ -13,6 +13,7 @@ from ...messages import catalogue
 from ..attention import (
     AttentionCase,
 )
+from ..attention import T as ATTENTION  # the shared bug texts (top-left where bottom-right was asked for)
 from ..base import (
     fmt_dtype,
 )
@@ -111,6 +112,20 @@ T = catalogue("exercises.backward", {  # the chapter's namespace, shared with it
                               "the keys after each query: under IS_CAUSAL zero P (hence dS) where j > i",
                               "dk 和 dv 是对的，说明 dK/dV step 给 Pᵀ 加了掩码；dQ step 重算的 P 却没有遮住排在各个 "
                               "query 之后的 key：在 IS_CAUSAL 下，j > i 的位置要把 P（因此 dS）置零"),
+    "bug_top_left_dkdv": ("top-left causal mask in the dK/dV step where bottom-right was asked for",
+                          "要求右下对齐，dK/dV step 的因果掩码却按左上对齐"),
+    "why_top_left_dkdv": ("dq is right, so the dQ step's mask moves with the offset; the dK/dV step's keeps only the "
+                          "keys j ≤ i: under IS_CAUSAL key j is visible to query i when j ≤ i + CAUSAL_OFFSET "
+                          "(N_k − N_q for bottom-right), in the tile with keys along the rows",
+                          "dq 是对的，说明 dQ step 的掩码带上了偏移；dK/dV step 却只保留了 j ≤ i 的 key：IS_CAUSAL 下，"
+                          "key j 对 query i 可见的条件是 j ≤ i + CAUSAL_OFFSET（右下对齐时为 N_k − N_q），注意这个 "
+                          "tile 的行是 key"),
+    "bug_top_left_dq": ("top-left causal mask in the dQ step where bottom-right was asked for",
+                        "要求右下对齐，dQ step 的因果掩码却按左上对齐"),
+    "why_top_left_dq": ("dk and dv are right, so the dK/dV step's mask moves with the offset; the dQ step's keeps "
+                        "only the keys j ≤ i: under IS_CAUSAL keep the keys j ≤ i + CAUSAL_OFFSET",
+                        "dk 和 dv 是对的，说明 dK/dV step 的掩码带上了偏移；dQ step 却只保留了 j ≤ i 的 key："
+                        "IS_CAUSAL 下要保留 j ≤ i + CAUSAL_OFFSET 的 key"),
     "bug_ds_transposed": ("dS transposed", "dS 的方向用反了"),
     "why_ds_transposed": ("dK = scale · dSᵀ Q sums over queries and dQ = scale · dS K over keys: the tile of dS (or "
                           "of dSᵀ in the dK/dV kernel) was used the wrong way round",
@@ -214,7 +229,7 @@ class _Sim:
         self.kk, self.vv = _expand(self.k, self.group), _expand(self.v, self.group)
         self.scale = case.scale
         self.raw = (self.q @ self.kk.transpose(-1, -2)) * self.scale  # unmasked scaled scores
-        self.visible = oracle.causal_mask(case.n_q, case.n_k) if case.causal else \
+        self.visible = oracle.causal_mask(case.n_q, case.n_k, align=case.causal_align) if case.causal else \
             torch.ones(case.n_q, case.n_k, dtype=torch.bool)
         lse = case.lse_given if case.lse_given is not None else case.lse_ref
         self.lse = lse.to(torch.float64).cpu()
@@ -265,6 +280,32 @@ def _block_max_p(sim: _Sim, block: int, masked: bool) -> torch.Tensor:
     return torch.exp(sim.raw - torch.where(torch.isinf(m), torch.zeros_like(m), m)).masked_fill(~sim.visible, 0.0)
 
 
+def _causal_offset(case: AttentionCase) -> int:
+    """The kernels' CAUSAL_OFFSET: query i sees the keys j <= i + offset."""
+    return case.n_k - case.n_q if case.causal and case.causal_align == "bottom_right" else 0
+
+
+def _walk_keep(case: AttentionCase, bm: int, bn: int, kernel: str, step_offset: int | None) -> torch.Tensor:
+    """The (query, key) pairs a causal kernel's walks keep when their bounds are right (the case's CAUSAL_OFFSET)
+    and its masked step keeps j <= i + step_offset (None: no causal mask at all): every pair of a full tile, those of
+    a masked tile that the step keeps, none of a skipped one. kernel "dq": Q blocks of bm rows walk the keys in
+    blocks of bn, as the forward; "dkdv": K/V blocks of bn keys walk the queries in blocks of bm."""
+    off = _causal_offset(case)
+    i = torch.arange(case.n_q)[:, None]
+    j = torch.arange(case.n_k)[None, :]
+    step = torch.ones(case.n_q, case.n_k, dtype=torch.bool) if step_offset is None else j <= i + step_offset
+    if kernel == "dq":
+        m0 = i // bm * bm
+        masked_end = (m0 + bm + off).clamp(0, case.n_k)
+        unmasked_end = (m0 + off).clamp(0, case.n_k) // bn * bn
+        return (j < unmasked_end) | ((j < masked_end) & step)
+    n0 = j // bn * bn
+    lo = (n0 - off).clamp(0, case.n_q) // bm * bm
+    diag_end = ((n0 + bn - off).clamp(min=0) + bm - 1) // bm * bm
+    full = (i >= diag_end) & (i < case.n_q // bm * bm)  # the unmasked walk; a ragged tail after it is masked
+    return (i >= lo) & (full | step)
+
+
 def grad_bugs(case: BackwardCase, *, kernel: bool, o: torch.Tensor | None = None) -> list[GradBug]:
     """The backward's classic mistakes for this case. kernel: add the ones that depend on a kernel's blocks."""
     sim = _Sim(case, o)
@@ -295,20 +336,29 @@ def grad_bugs(case: BackwardCase, *, kernel: bool, o: torch.Tensor | None = None
         if kernel:
             bugs.append(GradBug(T("bug_scale_in_group_loop"), T("why_scale_in_group_loop"),
                                 (lambda: sim.grads(fold_k=float(sim.scale)),)))
-    if case.causal and case.n_q != case.n_k:
+    bottom_right = case.causal and case.causal_align == "bottom_right"
+    if case.causal and case.n_q != case.n_k and not bottom_right:
         br = oracle.causal_mask(case.n_q, case.n_k, align="bottom_right")
         bugs.append(GradBug(T("bug_br_backward"), T("why_br_backward"), (lambda: sim.grads(sim.p(br)),)))
+    if bottom_right and case.n_q != case.n_k:  # the offset N_k - N_q left out: in the wrapper, or in one step
+        tl_ = oracle.causal_mask(case.n_q, case.n_k)
+        sims = [lambda: sim.grads(sim.p(tl_))]
+        if kernel:  # one step's mask without the offset, the walks' bounds right
+            for bm in BLOCKS:
+                for bn in BLOCKS:
+                    sims += [lambda bm=bm, bn=bn: sim.grads(p_kv=sim.p(_walk_keep(case, bm, bn, "dkdv", 0))),
+                             lambda bm=bm, bn=bn: sim.grads(p_dq=sim.p(_walk_keep(case, bm, bn, "dq", 0)))]
+        bugs.append(GradBug(ATTENTION("bug_top_left"), ATTENTION("bug_top_left_why"), tuple(sims),
+                            steps("top_left")))
     if case.causal:
         full = torch.ones_like(sim.visible)
         sims = [lambda: sim.grads(sim.p(full))]
         if kernel:  # the mask forgotten, the skipped blocks still skipped: the pairs each kernel's loops visit
-            i = torch.arange(case.n_q)[:, None]
-            j = torch.arange(case.n_k)[None, :]
             for bm in BLOCKS:
-                v_dq = j < torch.clamp((i // bm + 1) * bm, max=case.n_k)
+                v_dq = _walk_keep(case, bm, bm, "dq", None)  # (without a mask the key blocks' size does not show)
                 sims.append(lambda v=v_dq: sim.grads(p_dq=sim.p(v | sim.visible), p_kv=sim.p(full)))
                 for bn in BLOCKS:
-                    v_kv = i >= (j // bn * bn) // bm * bm
+                    v_kv = _walk_keep(case, bm, bn, "dkdv", None)
                     sims.append(lambda v=v_kv: sim.grads(p_dq=sim.p(full), p_kv=sim.p(v | sim.visible)))
         bugs.append(GradBug(T("bug_causal_missing"), T("why_causal_missing"), tuple(sims), steps("causal_missing")))
     square = [b for b in BLOCKS if b <= max(case.n_q, case.n_k) * 2] if kernel else []
@@ -328,7 +378,8 @@ def grad_bugs(case: BackwardCase, *, kernel: bool, o: torch.Tensor | None = None
 
 
 def lse_bugs(case: AttentionCase) -> list[tuple[str, str, torch.Tensor]]:
-    s = oracle._scores64(*(t.to(torch.float64).cpu() for t in (case.q, case.k)), case.scale, case.causal)
+    s = oracle._scores64(*(t.to(torch.float64).cpu() for t in (case.q, case.k)), case.scale, case.causal,
+                         case.causal_align)
     lse = torch.logsumexp(s, -1)
     m = s.amax(-1)
     return [

@@ -51,6 +51,12 @@ CASES = catalogue("exercises.backward.cases", {
     "bf16": ("bf16", "bf16 输入"),
     "bf16_causal_gqa": ("bf16, causal GQA", "bf16，因果 GQA"),
     "fp64_gradcheck": ("fp64 (what gradcheck uses)", "fp64（gradcheck 用的精度）"),
+    # causal_align="bottom_right" (FlashAttention's: query i sees keys j <= i + N_k - N_q); names as flash.py's
+    "br_empty_rows": ("causal bottom-right, Nq > Nk: rows that see no key",
+                      "因果右下对齐，Nq > Nk：有的行看不到任何 key"),
+    "br_nq_lt_nk": ("causal bottom-right, Nq < Nk", "因果右下对齐，Nq < Nk"),
+    "br_gqa_strided": ("causal bottom-right GQA as (B, N, H, D) views", "因果右下对齐的 GQA，(B, N, H, D) 视图"),
+    "br_one_more_key": ("causal bottom-right, one key more than queries", "因果右下对齐，key 比 query 多一个"),
     # attention_backward
     "one_head_square": ("one head, square", "单头、方阵"),
     "batch_and_heads": ("batch and heads", "多 batch、多头"),
@@ -71,6 +77,8 @@ CASES = catalogue("exercises.backward.cases", {
     "bad_lse_fp16": ("lse is float16", "lse 是 float16"),
     "bad_lse_list": ("lse is a list", "lse 是 list"),
     "bad_do_none": ("do is missing (None)", "缺少 do（None）"),
+    "bad_align": ("causal_align=\"bottom-right\" (a hyphen for the underscore)",
+                  "causal_align=\"bottom-right\"（下划线写成了连字符）"),
 })
 case_name = case_namer(CASES)
 
@@ -96,9 +104,9 @@ def backward_case(env: Environment, gen: torch.Generator, name: str, *, what: st
     guard = what != "pytorch"
     base = attention_case(env, gen, name, guard=guard, tags=tags, **spec)
     case = BackwardCase(**{f: getattr(base, f) for f in base.__dataclass_fields__})
-    scale, causal = case.scale, case.causal
+    scale, causal, align = case.scale, case.causal, case.causal_align
     perm = (0, 2, 1, 3) if case.layout == "bnhd" else None
-    case.lse_ref = oracle.attention_lse(case.q, case.k, scale, causal)
+    case.lse_ref = oracle.attention_lse(case.q, case.k, scale, causal, align=align)  # -inf: a row that sees no key
     if what == "forward":
         return case
     case.do = randn(tuple(case.q.shape), gen, case.dtype, env.device)
@@ -120,16 +128,19 @@ def backward_case(env: Environment, gen: torch.Generator, name: str, *, what: st
     case.placed |= {"o": o, "lse": lse}
     case.inputs = dict(case.placed)
     case.grads_ref = oracle.attention_grads(case.q, case.k, case.v, case.do, scale, causal, o=case.o_given,
-                                            lse=case.lse_given)
+                                            lse=case.lse_given, align=align)
     case.args = tuple(case.placed[x] for x in ("q", "k", "v", "o", "lse", "do"))
     case.kwargs = _kwargs(case)
     return case
 
 
 def _kwargs(case: AttentionCase) -> dict:
+    """causal, and sm_scale and causal_align only where a case sets them (attention.sdpa_style_call's rule)."""
     kwargs = {"causal": case.causal}
     if case.sm_scale is not None:
         kwargs["sm_scale"] = case.sm_scale
+    if case.causal_align != "top_left":
+        kwargs["causal_align"] = case.causal_align
     return kwargs
 
 
@@ -170,6 +181,17 @@ def reach_specs(env: Environment) -> list[tuple[str, dict]]:
         (case_name("fp32"), dict(H=2, Nq=64, Nk=130, D=64, dtype=f32, tags={"ragged", "multi-block"})),
         (case_name("head_dim_256"), dict(Nq=64, Nk=96, D=256, dtype=f16, tags={"ragged"})),
     ]
+    # causal_align="bottom_right": query i sees keys j <= i + N_k - N_q. With N_q > N_k the first rows see no key
+    # (o = 0, lse = -inf, zero gradients); N_k - N_q = 1 over several blocks of every kernel moves each bound by one
+    br = dict(dtype=f16, causal=True, causal_align="bottom_right")
+    n1 = on(env, 512, 160)
+    specs += [
+        (case_name("br_empty_rows"), dict(H=2, Nq=100, Nk=40, D=32, tags={"ragged"}, **br)),
+        (case_name("br_nq_lt_nk"), dict(Nq=70, Nk=200, D=32, tags={"ragged", "multi-block"}, **br)),
+        (case_name("br_gqa_strided"), dict(B=2, H=4, H_kv=2, Nq=96, Nk=72, D=64, layout="bnhd", tags={"ragged"},
+                                           **br)),
+        (case_name("br_one_more_key"), dict(H=2, Nq=n1, Nk=n1 + 1, D=32, tags={"ragged", "multi-block"}, **br)),
+    ]
     if not env.interpreter:
         specs.append((case_name("long_causal"), dict(H=2, Nq=2048, Nk=2048, D=128, dtype=f16, causal=True,
                                                      tags={"multi-block"})))
@@ -179,6 +201,23 @@ def reach_specs(env: Environment) -> list[tuple[str, dict]]:
                   (case_name("bf16_causal_gqa"), dict(H=4, H_kv=1, Nq=256, Nk=256, D=64, dtype=torch.bfloat16,
                                                       causal=True, tags={"multi-block"}))]
     return specs
+
+
+def bad_align_builders(env: Environment, what: str) -> list[CaseBuilder]:
+    """A causal_align typo, refused with a ValueError naming causal_align: what "forward" (q, k, v) or "kernel"
+    (q, k, v, o, lse, do), whose kernels must not launch first."""
+    def build(gen):
+        q, k, v, do = (randn((1, 2, 16, 32), gen, torch.float16, env.device) for _ in range(4))
+        args = (q, k, v)
+        if what == "kernel":
+            args += (do.clone(), randn((1, 2, 16), gen, torch.float32, env.device), do)
+        return Case(name=f"bad arguments: {case_name('bad_align')}", args=args,
+                    kwargs=dict(causal=True, causal_align="bottom-right"), raises=ValueError,
+                    mentions=("causal_align",),
+                    shapes="q, k, v (1, 2, 16, 32)" if what == "forward" else
+                    "q, k, v, o, do (1, 2, 16, 32); lse (1, 2, 16)",
+                    tags=frozenset({"arguments"}))
+    return [build]
 
 
 def backward_bad_argument_builders(env: Environment) -> list[CaseBuilder]:

@@ -92,14 +92,17 @@ def judge_grads(ex: Exercise, outs, case: BackwardCase, refs, res, device: str, 
     dtypes = (case.q.dtype, case.k.dtype, case.v.dtype)
     floor = ZERO_GRADIENT_FLOOR * max(_rms(r.to(torch.float64).cpu()) for r in refs) or 1.0
     wrong: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = {}
+    rejected: set[str] = set()  # refused before their values were compared (shape, dtype): not known to be right
     ok_all, worst = True, None
     for label, out, ref, dtype in zip(GRADS, outs, refs, dtypes):
         if not tensor_like(out, ref, res.problems, label, device):
             ok_all = False
+            rejected.add(label)
             continue
         if out.dtype != dtype:
             res.problems.append(T("grad_dtype", label=label, got=fmt_dtype(out.dtype), want=fmt_dtype(dtype)))
             ok_all = False
+            rejected.add(label)
             continue
         out64, ref64 = out.detach().to(torch.float64).cpu(), ref.to(torch.float64).cpu()
         rms = max(_rms(ref64), floor)
@@ -129,7 +132,7 @@ def judge_grads(ex: Exercise, outs, case: BackwardCase, refs, res, device: str, 
     if worst is not None and worst[0] >= (res.ratio or 0.0):  # the report shows the worst output's numbers
         res.ratio, res.max_abs, res.rel_err, res.tol = worst
     if wrong:
-        res.hints += match_grad_bugs(wrong, case, bugs())
+        res.hints += match_grad_bugs(wrong, case, bugs(), rejected=rejected)
     return ok_all
 
 
@@ -138,7 +141,8 @@ def judge_grads(ex: Exercise, outs, case: BackwardCase, refs, res, device: str, 
 NEARER = 0.5
 
 
-def match_grad_bugs(wrong: dict, case: BackwardCase, bugs: list[GradBug]) -> list[str]:
+def match_grad_bugs(wrong: dict, case: BackwardCase, bugs: list[GradBug], rejected: set[str] = frozenset()
+                    ) -> list[str]:
     found = []
     index = {label: i for i, label in enumerate(GRADS)}
     for bug in bugs:
@@ -162,7 +166,8 @@ def match_grad_bugs(wrong: dict, case: BackwardCase, bugs: list[GradBug]) -> lis
                     break
             explained_all &= explained
         if explained_all:
-            name, why = bug.one_kernel.get(_one_kernel(wrong), (bug.name, bug.why))
+            # one kernel's mistake only where the other kernel's gradients were compared and are right
+            name, why = bug.one_kernel.get(None if rejected else _one_kernel(wrong), (bug.name, bug.why))
             found.append(T("looks_like", name=name, why=why))
     return found
 
@@ -187,12 +192,15 @@ def judge_lse(out, case: AttentionCase, ref, res, device) -> bool:
         return False
     out64, ref64 = out.detach().to(torch.float64).cpu(), ref.to(torch.float64).cpu()
     atol, rtol = lse_tolerance(case.dtype)
-    diff = (out64 - ref64).abs()
-    finite = torch.isfinite(out64)
-    ratio = float((diff / (atol + rtol * ref64.abs()))[finite].max()) if finite.any() else None
+    # a row that sees no key (bottom-right, N_q > N_k) has L = log 0 = -inf, and only -inf is right there
+    empty = torch.isneginf(ref64)
+    diff = (out64 - ref64).abs().masked_fill(empty & torch.isneginf(out64), 0.0)
+    finite = torch.isfinite(out64) | (empty & torch.isneginf(out64))
+    counted = torch.isfinite(out64) & ~empty  # the rows whose error the report's numbers describe
+    ratio = float((diff / (atol + rtol * ref64.abs()))[counted].max()) if counted.any() else None
     if ratio is not None and ratio > (res.ratio or 0.0):
-        res.ratio, res.max_abs, res.tol = ratio, float(diff[finite].max()), (atol, rtol)
-    ok = (diff <= atol + rtol * ref64.abs()) & finite
+        res.ratio, res.max_abs, res.tol = ratio, float(diff[counted].max()), (atol, rtol)
+    ok = (diff <= atol + rtol * ref64.abs().masked_fill(empty, 0.0)) & finite
     if ok.all():
         return True
     bad = int((~ok).sum())

@@ -102,30 +102,43 @@ T = catalogue("exercises.backward", {  # the chapter's namespace (see __init__.p
         "lse 和 Δ 是 (BLOCK_M,) 的向量：lse 按它的步长取，Δ 是连续的。"),
     "ladder_dkdv_4": (
         "tl.dot(k, tl.trans(q)) for Sᵀ, then tl.math.exp2; per-query vectors take [None, :] here (one per column), "
-        "never [:, None]. If MASKED, tl.where zeroes Pᵀ where the query is past N_Q or, under IS_CAUSAL, comes "
-        "before the key (offs_m and offs_n each on its own axis). p_t already is Pᵀ: cast to do's dtype, it goes "
-        "into tl.dot with do and dv as the accumulator, no transpose; ds_t likewise with q into dk.",
+        "never [:, None]. If MASKED, tl.where zeroes Pᵀ where the query is past N_Q or, under IS_CAUSAL, may not "
+        "see the key: offs_m + CAUSAL_OFFSET < offs_n (offs_m and offs_n each on its own axis), after the exp2 (a "
+        "row that sees no key has lse = −∞: its Pᵀ is +∞ until the mask replaces it). p_t already is Pᵀ: cast to "
+        "do's dtype, it goes into tl.dot with do and dv as the accumulator, no transpose; ds_t likewise with q into "
+        "dk.",
         "Sᵀ 用 tl.dot(k, tl.trans(q))，再做 tl.math.exp2；这里每个 query 一个值的向量要写成 [None, :]（每列一个），"
-        "不是 [:, None]。若 MASKED，用 tl.where 把 query 超出 N_Q 的位置，以及 IS_CAUSAL 下 query 在 key 之前的位置的 "
-        "Pᵀ 置零（offs_m 和 offs_n 各占一个轴）。p_t 本身就是 Pᵀ：转成 do 的 dtype 后和 do 一起进 tl.dot，以 dv 作"
-        "累加器，不用转置；ds_t 同理，和 q 一起累加进 dk。"),
+        "不是 [:, None]。若 MASKED，用 tl.where 把 query 超出 N_Q 的位置，以及 IS_CAUSAL 下 query 看不到该 key 的位置"
+        "（offs_m + CAUSAL_OFFSET < offs_n）的 Pᵀ 置零（offs_m 和 offs_n 各占一个轴），而且要放在 exp2 之后"
+        "（看不到任何 key 的行 lse = −∞：它的 Pᵀ 在被掩码替换之前是 +∞）。p_t 本身就是 Pᵀ：转成 do 的 dtype 后和 "
+        "do 一起进 tl.dot，以 dv 作累加器，不用转置；ds_t 同理，和 q 一起累加进 dk。"),
     # ---- dK/dV causal range
     "ladder_range_1": (
-        "Query i sees key j only when j ≤ i, so a K/V block starting at key start_n is seen only by rows i ≥ "
-        "start_n. The walk starts at the Q block that contains row start_n; the blocks that straddle the diagonal "
-        "end with the one that contains row start_n + BLOCK_N − 1.",
-        "query i 只有在 j ≤ i 时才看得到 key j，所以从 key start_n 开始的 K/V 块只被 i ≥ start_n 的行看到。"
-        "遍历从包含第 start_n 行的 Q 块开始；跨在对角线上的块，到包含第 start_n + BLOCK_N − 1 行的那个块为止。"),
+        "Query i sees key j only when j ≤ i + c, c = CAUSAL_OFFSET (0 top-left; N_K − N_Q bottom-right, of either "
+        "sign), so a K/V block starting at key start_n is seen only by rows i ≥ start_n − c. The walk starts at the "
+        "Q block that contains that row; the blocks that straddle the diagonal end with the one that contains row "
+        "start_n + BLOCK_N − 1 − c, the first row that sees the whole block.",
+        "query i 只有在 j ≤ i + c 时才看得到 key j，c = CAUSAL_OFFSET（左上对齐为 0；右下对齐为 N_K − N_Q，可正可负），"
+        "所以从 key start_n 开始的 K/V 块只被 i ≥ start_n − c 的行看到。遍历从包含这一行的 Q 块开始；跨在对角线上的"
+        "块，到包含第 start_n + BLOCK_N − 1 − c 行（第一个看得到整个块的行）的那个块为止。"),
     "ladder_range_2": (
         "The Q block containing row r starts at ⌊r / BLOCK_M⌋ · BLOCK_M. The diagonal blocks end after the block "
-        "containing start_n + BLOCK_N − 1: at ⌈(start_n + BLOCK_N) / BLOCK_M⌉ · BLOCK_M, clipped to N_Q.",
-        "包含第 r 行的 Q 块从 ⌊r / BLOCK_M⌋ · BLOCK_M 开始。对角块在包含第 start_n + BLOCK_N − 1 行的块之后结束："
-        "也就是 ⌈(start_n + BLOCK_N) / BLOCK_M⌉ · BLOCK_M，再截到 N_Q 以内。"),
+        "containing start_n + BLOCK_N − 1 − c: at ⌈(start_n + BLOCK_N − c) / BLOCK_M⌉ · BLOCK_M. Those rows may lie "
+        "before row 0 or past N_Q: clamp r = start_n − c to [0, N_Q] and the numerator of the second at 0, and "
+        "clip diag_end to N_Q; then lo ≤ diag_end.",
+        "包含第 r 行的 Q 块从 ⌊r / BLOCK_M⌋ · BLOCK_M 开始。对角块在包含第 start_n + BLOCK_N − 1 − c 行的块之后"
+        "结束：也就是 ⌈(start_n + BLOCK_N − c) / BLOCK_M⌉ · BLOCK_M。这些行可能在第 0 行之前，也可能超出 N_Q："
+        "把 r = start_n − c 夹到 [0, N_Q] 之内，把第二个式子的分子夹到不小于 0，diag_end 再截到 N_Q 以内；"
+        "这样就有 lo ≤ diag_end。"),
     "ladder_range_3": (
-        "Integer division by BLOCK_M, then times BLOCK_M, for lo; tl.cdiv and tl.minimum with N_Q for diag_end. "
-        "Try your bounds with BLOCK_M = 32 and BLOCK_N = 64: one key block then straddles two Q blocks.",
-        "lo 用整除 BLOCK_M 再乘回 BLOCK_M；diag_end 用 tl.cdiv，再和 N_Q 取 tl.minimum。"
-        "拿 BLOCK_M = 32、BLOCK_N = 64 验算一下你的边界：这时一个 key 块会跨两个 Q 块。"),
+        "Integer division by BLOCK_M, then times BLOCK_M, for lo; tl.cdiv and tl.minimum with N_Q for diag_end; "
+        "tl.maximum and tl.minimum for the clamps, before any division. Try your bounds with BLOCK_M = 32 and "
+        "BLOCK_N = 64 (one key block then straddles two Q blocks), and bottom-right with N_Q = 100, N_K = 40 "
+        "(c = −60: the first 60 rows see no key) and with N_Q = 70, N_K = 200 (c = 130).",
+        "lo 用整除 BLOCK_M 再乘回 BLOCK_M；diag_end 用 tl.cdiv，再和 N_Q 取 tl.minimum；夹到范围内用 tl.maximum "
+        "和 tl.minimum，都放在除法之前。拿 BLOCK_M = 32、BLOCK_N = 64 验算一下你的边界（这时一个 key 块会跨两个 "
+        "Q 块），再按右下对齐试试 N_Q = 100、N_K = 40（c = −60：前 60 行一个 key 也看不到）和 N_Q = 70、"
+        "N_K = 200（c = 130）。"),
     # ---- GQA
     "ladder_gqa_1": (
         "Query head h reads K/V head h // G (G = GROUP_SIZE), so the query heads of one K/V head are consecutive; "
@@ -170,11 +183,11 @@ T = catalogue("exercises.backward", {  # the chapter's namespace (see __init__.p
         "dq += dS K。"),
     "ladder_dq_3": (
         "Per-query vectors take [:, None] here. If MASKED, tl.where keeps the keys before N_K and, under IS_CAUSAL, "
-        "the keys not after their query; tl.trans for Kᵀ and Vᵀ; dS cast to k's dtype goes into tl.dot with k and "
-        "dq as the accumulator.",
+        "the keys its query may see, offs_n ≤ offs_m + CAUSAL_OFFSET, after the exp2 as in the dK/dV step; tl.trans "
+        "for Kᵀ and Vᵀ; dS cast to k's dtype goes into tl.dot with k and dq as the accumulator.",
         "这里每个 query 一个值的向量写成 [:, None]。若 MASKED，用 tl.where 只保留 N_K 以内的 key，IS_CAUSAL 下"
-        "还只保留不在 query 之后的 key；Kᵀ 和 Vᵀ 用 tl.trans；dS 转成 k 的 dtype 后和 k 一起进 tl.dot，"
-        "以 dq 作累加器。"),
+        "还只保留 query 看得到的 key，即 offs_n ≤ offs_m + CAUSAL_OFFSET，和 dK/dV step 一样放在 exp2 之后；"
+        "Kᵀ 和 Vᵀ 用 tl.trans；dS 转成 k 的 dtype 后和 k 一起进 tl.dot，以 dq 作累加器。"),
     # ---- checks
     "ladder_checks_1": (
         "The kernels read o and do with q's sizes and strides, and lse as (B, H, N_q) in float32. Anything else is "
@@ -221,8 +234,8 @@ T = catalogue("exercises.backward", {  # the chapter's namespace (see __init__.p
     # ---- flash_attention_autograd
     "ladder_agf_1": (
         "forward runs your forward kernel and returns o alone; it leaves on ctx what backward needs: the inputs, "
-        "o, lse and the two plain arguments. Never P: not keeping it is the point of this chapter.",
-        "forward 运行你的前向 kernel，只返回 o；backward 要用的东西都留在 ctx 上：输入、o、lse，以及两个普通参数。"
+        "o, lse and the three plain arguments. Never P: not keeping it is the point of this chapter.",
+        "forward 运行你的前向 kernel，只返回 o；backward 要用的东西都留在 ctx 上：输入、o、lse，以及三个普通参数。"
         "不存 P：不保存它正是这一章的意义所在。"),
     "ladder_agf_2": (
         "flash_attention_forward gives (o, lse); ctx.save_for_backward takes the tensors (autograd then checks "
@@ -231,15 +244,16 @@ T = catalogue("exercises.backward", {  # the chapter's namespace (see __init__.p
         "其余的作为 ctx 的普通属性；返回 o，不是那个元组。"),
     "ladder_agb_1": (
         "backward receives dO and returns one gradient per argument of forward after ctx, in order: q, k, v, "
-        "causal, sm_scale; a non-tensor argument's gradient is None.",
-        "backward 收到 dO，要按顺序为 forward 在 ctx 之后的每个参数返回一个梯度：q、k、v、causal、sm_scale；"
-        "非张量参数的梯度是 None。"),
+        "causal, sm_scale, causal_align; a non-tensor argument's gradient is None.",
+        "backward 收到 dO，要按顺序为 forward 在 ctx 之后的每个参数返回一个梯度：q、k、v、causal、sm_scale、"
+        "causal_align；非张量参数的梯度是 None。"),
     "ladder_agb_2": (
-        "Unpack ctx.saved_tensors, call flash_attention_backward with them, do, and the causal and sm_scale kept "
-        "on ctx; return the three gradients and then None twice (three values alone: autograd says 'returned an "
-        "incorrect number of gradients').",
-        "把 ctx.saved_tensors 解包，连同 do、ctx 上的 causal 和 sm_scale 一起传给 flash_attention_backward；"
-        "返回三个梯度，再跟两个 None（只返回三个值，autograd 会报 “returned an incorrect number of gradients”）。"),
+        "Unpack ctx.saved_tensors, call flash_attention_backward with them, do, and the causal, sm_scale and "
+        "causal_align kept on ctx; return the three gradients and then None three times (three values alone: "
+        "autograd says 'returned an incorrect number of gradients').",
+        "把 ctx.saved_tensors 解包，连同 do、ctx 上的 causal、sm_scale 和 causal_align 一起传给 "
+        "flash_attention_backward；返回三个梯度，再跟三个 None（只返回三个值，autograd 会报 “returned an incorrect "
+        "number of gradients”）。"),
 })
 
 
