@@ -153,7 +153,7 @@ def backward(q, k, v, o, lse, do, causal, *, transposed_dq, tma_loads, cfg, ws=F
     else:
         NB._bwd_dkdv[grid](q, k, v, do, lse, delta, dk, dv, dq32, desc, *q.stride(), *k.stride(), *v.stride(),
                            *do.stride(), *lse.stride(), *dk.stride(), *dv.stride(), H, n_q, n_k, d, H // n_kv,
-                           sm_scale, IS_CAUSAL=causal, DOT_PRECISION="tf32", EVEN_D=True, BLOCK_M=bm, BLOCK_N=bn,
+                           sm_scale, 0, IS_CAUSAL=causal, DOT_PRECISION="tf32", EVEN_D=True, BLOCK_M=bm, BLOCK_N=bn,
                            BLOCK_D=d, DQ_SHARE=share, TMA_DQ=True, num_warps=warps, num_stages=stages)
     dq = (dq32.transpose(1, 2) if transposed_dq else dq32).reshape(q.shape).to(q.dtype)
     return dq, dk, dv
