@@ -23,3 +23,9 @@ case "${1:-}" in
   gluon) timeout 560 python results/h200/gluon_bwd_hopper_2026-12-04.py --bench --out "$OUT/gluon" \
            --dims "${2:-128,64}" --dtypes "${3:-float16}" ${4:-} 2>&1 | tee "$OUT/gluon_bwd.log" | grep -v Warning | tail -40 ;;
 esac
+# next session, first: the references of today's changes (08/09 causal_align, 10's new decode case) on the GPU
+case "${1:-}" in
+  refs) timeout 560 python results/h200/references_gpu_2026-12-02.py attention_with flash_attention_fast \
+          flash_attention_forward flash_attention_backward flash_attention_backward_atomic flash_attention_autograd \
+          flash_decode flash_decode_paged 2>&1 | tee "$OUT/refs.log" | grep -v Warning | tail -40 ;;
+esac
