@@ -210,6 +210,10 @@ class ProtocolCase(Case):
     jitter: float = 0.0
     seeds: tuple[int, ...] = ()
     steady: bool = False
+    #: the operations of the partition that drives the learner's (the reference producer, for the ping-pong), as
+    #: data (pipeline_sim.Recorder's): recorded here, replayed where the learner's partitions run, which in batch
+    #: grading is the submission's process, where no reference is loaded
+    driver_ops: list | None = None
 
 
 # ------------------------------------------------------------------------------------------------ partitions
@@ -356,9 +360,13 @@ class _Protocol(Exercise):
         timing, jitter = ({}, 0.0) if steady else PRESETS[timing_key]
         seeds = (0,) if steady else tuple(draw_int(gen, 0, 2 ** 31 - 1) for _ in range(SCHEDULES))
         case = ProtocolCase(name=name, stages=stages, n_blocks=n, timing=timing, jitter=jitter, seeds=seeds,
-                            steady=steady)
+                            steady=steady, driver_ops=self.driver_ops(stages, n))
         case.args = (case,)
         return case
+
+    def driver_ops(self, stages: int, n_blocks: int) -> list | None:
+        """The driving partition's operations for a case, as data; None where the exercise has no such partition."""
+        return None
 
     def repeat_builder(self, builders):
         return None  # no tensors to cache by: every case draws its own schedules
@@ -455,8 +463,20 @@ class PingpongConsumer(_Protocol):
         ring, turns, _, group = args
         return f"consumer {group}", ring, turns
 
+    def driver_ops(self, stages, n_blocks):
+        # the reference producer yields the same operations whatever the barriers hold: recorded once, standalone
+        rec = Recorder()
+        ring = Ring(stages, consumers=2)
+        for _ in rec.wrap("producer", lambda: _reference_of("kv_producer")(ring, n_blocks), ring):
+            pass
+        return rec.parts["producer"]
+
     def run_one(self, fn, case, seed):
-        return run_pingpong(_reference_of("kv_producer"), fn, stages=case.stages, n_blocks=case.n_blocks, seed=seed,
+        def producer(ring, n_blocks):
+            if case.driver_ops is None:  # a case made without call_case (tests): the reference itself
+                return _reference_of("kv_producer")(ring, n_blocks)
+            return replay(case.driver_ops, ring, None, {})
+        return run_pingpong(producer, fn, stages=case.stages, n_blocks=case.n_blocks, seed=seed,
                             jitter=case.jitter, timing=case.timing)
 
     def mutant(self, kind):
