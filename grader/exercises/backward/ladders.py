@@ -88,11 +88,12 @@ T = catalogue("exercises.backward", {  # the chapter's namespace (see __init__.p
         "把 Pᵀ dO 加进 dv；算出 dPᵀ 和 dSᵀ；把 dSᵀ Q 加进 dk。之所以全部转置，是因为这个 program 负责的是 key："
         "每个 tile 的行都是 key。"),
     "ladder_dkdv_2": (
-        "Sᵀ = K Qᵀ; Pᵀ = 2^(Sᵀ · qk_scale − L · log2 e), base 2 like the forward, with one L per query, that is per "
-        "column; dV += Pᵀ dO; dPᵀ = V dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ − Δ), Δ again one value per column; dK += dSᵀ Q "
-        "(sm_scale comes after the walks).",
-        "Sᵀ = K Qᵀ；Pᵀ = 2^(Sᵀ · qk_scale − L · log2 e)，和前向一样以 2 为底，每个 query 一个 L，也就是每列一个；"
-        "dV += Pᵀ dO；dPᵀ = V dOᵀ；dSᵀ = Pᵀ ∘ (dPᵀ − Δ)，Δ 同样每列一个；dK += dSᵀ Q（sm_scale 等遍历结束后再乘）。"),
+        "Pᵀ = 2^((K Qᵀ) · qk_scale − L · log2 e), which is e^(Sᵀ − L) with section 2's S = scale · QKᵀ, base 2 "
+        "like the forward, with one L per query, that is per column; dV += Pᵀ dO; dPᵀ = V dOᵀ; "
+        "dSᵀ = Pᵀ ∘ (dPᵀ − Δ), Δ again one value per column; dK += dSᵀ Q (sm_scale comes after the walks).",
+        "Pᵀ = 2^((K Qᵀ) · qk_scale − L · log2 e)，也就是 e^(Sᵀ − L)（第 2 节的 S = scale · QKᵀ），和前向一样以 2 "
+        "为底，每个 query 一个 L，也就是每列一个；dV += Pᵀ dO；dPᵀ = V dOᵀ；dSᵀ = Pᵀ ∘ (dPᵀ − Δ)，Δ 同样每列一个；"
+        "dK += dSᵀ Q（sm_scale 等遍历结束后再乘）。"),
     "ladder_dkdv_3": (
         "The loads are the forward's: the block's first row start_m in int64 times the row stride, plus q_offs (or "
         "do_offs). In a MASKED block rows past N_Q need a mask (offs_m < N_Q, other=0), and unless EVEN_D the "
@@ -177,10 +178,10 @@ T = catalogue("exercises.backward", {  # the chapter's namespace (see __init__.p
         "第 5 节第二条：这个 Q 块的 Q、dO、L 和 Δ 常驻，每个 step 带来一个 K/V 块。它就是不转置的 dK/dV step："
         "行是 query。"),
     "ladder_dq_2": (
-        "S = Q Kᵀ, P = 2^(S · qk_scale − lse2) with lse2 one value per row, dP = dO Vᵀ, dS = P ∘ (dP − Δ) with Δ "
-        "per row, dq += dS K.",
-        "S = Q Kᵀ，P = 2^(S · qk_scale − lse2)，lse2 每行一个；dP = dO Vᵀ；dS = P ∘ (dP − Δ)，Δ 每行一个；"
-        "dq += dS K。"),
+        "P = 2^((Q Kᵀ) · qk_scale − lse2) = e^(S − L), with lse2 = L · log2 e one value per row; dP = dO Vᵀ; "
+        "dS = P ∘ (dP − Δ) with Δ per row; dq += dS K.",
+        "P = 2^((Q Kᵀ) · qk_scale − lse2) = e^(S − L)，lse2 = L · log2 e，每行一个；dP = dO Vᵀ；"
+        "dS = P ∘ (dP − Δ)，Δ 每行一个；dq += dS K。"),
     "ladder_dq_3": (
         "Per-query vectors take [:, None] here. If MASKED, tl.where keeps the keys before N_K and, under IS_CAUSAL, "
         "the keys its query may see, offs_n ≤ offs_m + CAUSAL_OFFSET, after the exp2 as in the dK/dV step; tl.trans "
