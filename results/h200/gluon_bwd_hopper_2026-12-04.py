@@ -124,6 +124,26 @@ def _loader(q_desc, do_desc, q_smem, do_smem, ready, empty, dq_smem, dq_ready, d
 
 
 @gluon.jit
+def _dq_product(ds16, ds_smem, it, k_smem, dq_layout: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """dSᵀ stored once to shared memory (a buffer per parity of the block), then dQ = dS·K issued from its
+    transposed view, the two warp groups splitting dQ's columns; returns the product's token."""
+    ds_buf = ds_smem.index(it % 2)
+    ds_buf.store(ds16)
+    fence_async_shared()
+    gl.thread_barrier()  # both warp groups' rows of dSᵀ are in shared memory
+    zero_dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
+    return warpgroup_mma(ds_buf.permute((1, 0)), k_smem, zero_dq, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _dq_offsets(head, mb, N_Q, dq_layout: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """The offsets of Q block mb's dQ tile in the float32 (B·H·N_q, D) buffer, in dQ's layout."""
+    q_rows = head * N_Q + mb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dq_layout))
+    return gl.expand_dims(q_rows.to(gl.int64) * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+
+
+@gluon.jit
 def _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, dq_ready, dq_empty, ready,
            empty, LSE, Delta, DQ,
            start_n, N_Q, qk_scale, sm_scale, st_layout: gl.constexpr, kv_layout: gl.constexpr,
@@ -156,23 +176,36 @@ def _block(dk, dv, it, head, mb, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_sm
         dpt_tok = warpgroup_mma(v_smem, do_blk.permute((1, 0)), zero_st, use_acc=False, is_async=True)
     dpt = warpgroup_mma_wait(1, deps=(dpt_tok,))
     ds16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
-    if DQ_MODE == 3:  # dQ before dK; the tile goes to shared memory, the producer partition adds it
-        ds_buf = ds_smem.index(it % 2)
-        ds_buf.store(ds16)
-        fence_async_shared()
-        gl.thread_barrier()  # both warp groups' rows of dSᵀ are in shared memory
-        zero_dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
-        dq_tok = warpgroup_mma(ds_buf.permute((1, 0)), k_smem, zero_dq, use_acc=False, is_async=True)
+    if DQ_MODE == 3 or (DQ_FIRST and DQ_MODE == 0):  # FlashAttention-3's order: dQ's product before dK's
+        dq_tok = _dq_product(ds16, ds_smem, it, k_smem, dq_layout, BLOCK_M, HEAD_DIM)
         dk_tok = warpgroup_mma(gl.convert_layout(ds16, a_layout), q_blk, dk, is_async=True)
         dv, dq = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok))
-        b = it % 2
-        mbarrier.wait(dq_empty.index(b), ((it // 2) & 1) ^ 1)
-        dq_smem.index(b).store(dq * sm_scale)
-        gl.thread_barrier()
-        mbarrier.arrive(dq_ready.index(b))
+        if DQ_MODE == 3:  # the tile goes to shared memory, the producer partition adds it
+            b = it % 2
+            mbarrier.wait(dq_empty.index(b), ((it // 2) & 1) ^ 1)
+            dq_smem.index(b).store(dq * sm_scale)
+            gl.thread_barrier()
+            mbarrier.arrive(dq_ready.index(b))
+        else:  # the consumers' adds, under dK's product
+            gl.atomic_add(DQ + _dq_offsets(head, mb, N_Q, dq_layout, BLOCK_M, HEAD_DIM), dq * sm_scale,
+                          sem="relaxed")
         dk = warpgroup_mma_wait(0, deps=(dk_tok,))
         mbarrier.arrive(empty.index(s))
-        return dk, dv
+    else:
+        dk_tok = warpgroup_mma(gl.convert_layout(ds16, a_layout), q_blk, dk, is_async=True)
+        if DQ_MODE == 2:  # timing only: no dQ at all (the dK/dV kernel's four products)
+            dv, dk = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok))
+            mbarrier.arrive(empty.index(s))
+        else:
+            dq_tok = _dq_product(ds16, ds_smem, it, k_smem, dq_layout, BLOCK_M, HEAD_DIM)
+            dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
+            mbarrier.arrive(empty.index(s))
+            offs = _dq_offsets(head, mb, N_Q, dq_layout, BLOCK_M, HEAD_DIM)
+            if DQ_MODE == 0:
+                gl.atomic_add(DQ + offs, dq * sm_scale, sem="relaxed")
+            else:  # timing only: a plain store in place of the adds (wrong dQ: what the adds cost)
+                gl.store(DQ + offs, dq * sm_scale)
+    return dk, dv
     if DQ_FIRST and DQ_MODE == 0:  # FlashAttention-3's order: dQ before dK, its adds under dK's product
         ds_buf = ds_smem.index(it % 2)
         ds_buf.store(ds16)
