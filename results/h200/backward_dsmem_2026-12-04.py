@@ -29,9 +29,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
-from grader import oracle  # noqa: E402
+from grader import benchmarks, oracle  # noqa: E402
 from grader.notebooks import solution_module  # noqa: E402
-from grader.tools.suite_backward import grads_ok  # noqa: E402
+from grader.tools.suite_backward import SDPA, grads_ok  # noqa: E402
 
 NB = solution_module("09_backward")
 LOG2E = 1.4426950408889634
@@ -256,13 +256,11 @@ def one_problem(B, H, n, d, causal, dtype, a) -> list[str]:
                 kernels = cache[0] if isinstance(cache, tuple) else cache
                 for i, ck in enumerate(kernels.values()):
                     Path(a.out, f"{tag}_{dtype}_{d}_{int(causal)}_{i}.sass").write_text(ck.asm.get("sass", ""))
-    qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    for backend, label in ((torch.nn.attention.SDPBackend.CUDNN_ATTENTION, "SDPA cuDNN"),
-                           (torch.nn.attention.SDPBackend.FLASH_ATTENTION, "SDPA FLASH")):
+    for label, backend in SDPA.items():  # SDPA's backward alone: its forward kept, each call one autograd.grad
+        run = benchmarks.sdpa_backward(backend)
+        sdpa = (lambda run=run: run(q, k, v, o, lse, do, causal))
         try:
-            with torch.nn.attention.sdpa_kernel(backend):
-                out = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-            grads = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+            grads = sdpa()
         except Exception as e:  # noqa: BLE001
             print(f"  {label}: does not run: {type(e).__name__}")
             continue
@@ -271,7 +269,7 @@ def one_problem(B, H, n, d, causal, dtype, a) -> list[str]:
             ok, worst = grads_ok([g[:1, :1] for g in grads], oracle.attention_grads(
                 q[:1, :1], k[:1, :1], v[:1, :1], do[:1, :1], causal=causal), dtype)
             print(f"  {label:<40} vs fp64: {'ok' if ok else 'WRONG'} ({worst:.2f})")
-        timed[label] = (lambda out=out: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True))
+        timed[label] = sdpa
     flops = 2.5 * 4.0 * B * H * n * n * d / (2 if causal else 1)
     ms = {name: [] for name in timed}
     for _ in range(3):

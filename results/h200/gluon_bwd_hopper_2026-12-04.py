@@ -446,9 +446,9 @@ def compile_only() -> int:
 
 
 def bench(out_dir: str, dims, dtypes, long: bool) -> int:
-    from grader import oracle
+    from grader import benchmarks, oracle
     from grader.notebooks import solution_module
-    from grader.tools.suite_backward import grads_ok
+    from grader.tools.suite_backward import SDPA, grads_ok
 
     nb = solution_module("09_backward")
     os.makedirs(out_dir, exist_ok=True)
@@ -467,13 +467,9 @@ def bench(out_dir: str, dims, dtypes, long: bool) -> int:
                     providers[label] = (lambda over=over: gluon_backward(q, k, v, o, lse, do, causal,
                                                                          nb._bwd_preprocess, dq_mode=over["dq_mode"],
                                                                          config=over))
-                qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
-                for backend, label in ((torch.nn.attention.SDPBackend.CUDNN_ATTENTION, "SDPA cuDNN"),
-                                       (torch.nn.attention.SDPBackend.FLASH_ATTENTION, "SDPA FLASH")):
-                    with torch.nn.attention.sdpa_kernel(backend):
-                        out = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-                    providers[label] = (lambda out=out: torch.autograd.grad(out, (qg, kg, vg), do,
-                                                                            retain_graph=True))
+                for label, backend in SDPA.items():  # SDPA's backward alone, its forward kept
+                    run = benchmarks.sdpa_backward(backend)
+                    providers[label] = (lambda run=run: run(q, k, v, o, lse, do, causal))
                 print(f"\n== {str(dtype)[6:]} B={B} H={H} N={n} D={d} causal={causal}", flush=True)
                 timed = {}
                 for name, fn in providers.items():
