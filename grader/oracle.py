@@ -28,12 +28,16 @@ def _f64(*ts: torch.Tensor) -> list[torch.Tensor]:
     return [t.detach().to(torch.float64) for t in ts]
 
 
+def causal_offset(n_q: int, n_k: int, align: str = "top_left") -> int:
+    """The shift of the causal diagonal: query i sees the keys j <= i + offset (the kernels' CAUSAL_OFFSET)."""
+    return n_k - n_q if align == "bottom_right" else 0
+
+
 def causal_mask(n_q: int, n_k: int, device="cpu", *, align: str = "top_left", offset: int = 0) -> torch.Tensor:
     """True where query i may see key j. top_left is SDPA's is_causal (j <= i); bottom_right is FA2's."""
     i = torch.arange(n_q, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
-    shift = (n_k - n_q) if align == "bottom_right" else 0
-    return j <= i + shift + offset
+    return j <= i + causal_offset(n_q, n_k, align) + offset
 
 
 def attention(q, k, v, sm_scale=None, causal=False, *, mask_offset: int = 0, align: str = "top_left"):

@@ -404,7 +404,7 @@ def online(q, k, v, scale, block_n, causal, *, rescale_acc=True, rescale_l=True,
     n_q, n_k = q.shape[-2], k.shape[-2]
     row_hi = None
     if causal and skip_m:
-        shift = n_k - n_q if align == "bottom_right" else 0
+        shift = oracle.causal_offset(n_q, n_k, align)
         row_hi = ((torch.arange(n_q) // skip_m + 1) * skip_m + shift).clamp(max=n_k)  # the kernel's loop bound
     for j in range(0, n_k, block_n):
         s = s_all[..., j:j + block_n]
@@ -438,7 +438,7 @@ def wrong_axis(q, k, v, scale, block, causal, *, max_axis0=True, sum_axis0=True,
     qp = F.pad(q, (0, 0, 0, pad_q))  # zero rows, as a masked load with other=0 gives
     s = (qp @ k.transpose(-1, -2)) * scale
     if causal:  # the padded query rows sit past the real ones: the alignment shift is the real rows'
-        shift = n_k - n_q if align == "bottom_right" else 0
+        shift = oracle.causal_offset(n_q, n_k, align)
         s = s.masked_fill(~oracle.causal_mask(qp.shape[-2], n_k, offset=shift), float("-inf"))
     s = F.pad(s, (0, pad_k), value=float("-inf")).unflatten(-2, (-1, block))  # (..., Q blocks, block, keys)
     vp = F.pad(v, (0, 0, 0, pad_k))

@@ -282,7 +282,7 @@ def _block_max_p(sim: _Sim, block: int, masked: bool) -> torch.Tensor:
 
 def _causal_offset(case: AttentionCase) -> int:
     """The kernels' CAUSAL_OFFSET: query i sees the keys j <= i + offset."""
-    return case.n_k - case.n_q if case.causal and case.causal_align == "bottom_right" else 0
+    return oracle.causal_offset(case.n_q, case.n_k, case.causal_align) if case.causal else 0
 
 
 def _walk_keep(case: AttentionCase, bm: int, bn: int, kernel: str, step_offset: int | None) -> torch.Tensor:
