@@ -305,14 +305,19 @@ class AttentionCase(Case):
         return q, k, v
 
 
-def sdpa_style_call(case: AttentionCase) -> tuple[tuple, dict]:
-    """fn(q, k, v, causal=..., [sm_scale=...]): how naive_attention, flash_attention and friends are called."""
+def attention_kwargs(case: AttentionCase) -> dict:
+    """causal, and sm_scale and causal_align only where the case sets them."""
     kwargs = {"causal": case.causal}
     if case.sm_scale is not None:
         kwargs["sm_scale"] = case.sm_scale
     if case.causal_align != "top_left":
         kwargs["causal_align"] = case.causal_align
-    return (case.placed["q"], case.placed["k"], case.placed["v"]), kwargs
+    return kwargs
+
+
+def sdpa_style_call(case: AttentionCase) -> tuple[tuple, dict]:
+    """fn(q, k, v, causal=..., [sm_scale=...]): how naive_attention, flash_attention and friends are called."""
+    return (case.placed["q"], case.placed["k"], case.placed["v"]), attention_kwargs(case)
 
 
 def attention_case(env: Environment, gen: torch.Generator, name: str, *, B=1, H=1, H_kv=None, Nq=64, Nk=64,

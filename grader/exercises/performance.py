@@ -14,7 +14,15 @@ from ..device import attention_smem_bytes
 from ..messages import catalogue
 from ..results import CaseResult
 from ..safety import launches_so_far, run_learner
-from .attention import AttentionCase, AttentionExercise, builder, pick, scale_and_mask_bugs, softmax_bugs
+from .attention import (
+    AttentionCase,
+    AttentionExercise,
+    attention_kwargs,
+    builder,
+    pick,
+    scale_and_mask_bugs,
+    softmax_bugs,
+)
 from .base import BugModel, Case, Exercise, case_namer, draw_choice, draw_int
 from .flash import EXERCISES as FLASH_CHAPTER
 from .flash import FlashAttention, full_attention_builders
@@ -206,9 +214,7 @@ def exp2_bugs(case: AttentionCase) -> list[BugModel]:
 
 def _with_call(exp2: bool, split: bool):
     def call(case: AttentionCase):
-        kwargs = dict(causal=case.causal, block_m=case.block_m, block_n=case.block_n, exp2=exp2, split=split)
-        if case.causal_align != "top_left":
-            kwargs["causal_align"] = case.causal_align
+        kwargs = dict(attention_kwargs(case), block_m=case.block_m, block_n=case.block_n, exp2=exp2, split=split)
         return (case.placed["q"], case.placed["k"], case.placed["v"]), kwargs
     return call
 

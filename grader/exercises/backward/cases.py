@@ -14,6 +14,7 @@ from ...messages import catalogue
 from ..attention import (
     AttentionCase,
     attention_case,
+    attention_kwargs,
 )
 from ..base import (
     Case,
@@ -118,7 +119,7 @@ def backward_case(env: Environment, gen: torch.Generator, name: str, *, what: st
             case.placed[key].requires_grad_(True)
         case.extra = {"do": do}
         case.inputs = dict(case.placed)
-        case.args, case.kwargs = (case.placed["q"], case.placed["k"], case.placed["v"]), _kwargs(case)
+        case.args, case.kwargs = (case.placed["q"], case.placed["k"], case.placed["v"]), attention_kwargs(case)
         return case
     case.o_given = case.expected.to(case.dtype).to(env.device)
     case.lse_given = case.lse_ref.to(_lse_dtype(case.dtype)).to(env.device)
@@ -130,18 +131,8 @@ def backward_case(env: Environment, gen: torch.Generator, name: str, *, what: st
     case.grads_ref = oracle.attention_grads(case.q, case.k, case.v, case.do, scale, causal, o=case.o_given,
                                             lse=case.lse_given, align=align)
     case.args = tuple(case.placed[x] for x in ("q", "k", "v", "o", "lse", "do"))
-    case.kwargs = _kwargs(case)
+    case.kwargs = attention_kwargs(case)
     return case
-
-
-def _kwargs(case: AttentionCase) -> dict:
-    """causal, and sm_scale and causal_align only where a case sets them (attention.sdpa_style_call's rule)."""
-    kwargs = {"causal": case.causal}
-    if case.sm_scale is not None:
-        kwargs["sm_scale"] = case.sm_scale
-    if case.causal_align != "top_left":
-        kwargs["causal_align"] = case.causal_align
-    return kwargs
 
 
 def _make(what: str) -> Callable[..., BackwardCase]:
