@@ -5,22 +5,27 @@ loads K/V blocks into a ring of shared-memory slots, consumers that read them, a
 take turns on the tensor cores) as Python generators that `yield` one operation at a time (`ring_consumer`
 below is the notebook's worked example).
 
-`simulate` runs the partitions together under a timing model and a random schedule, and returns a `Trace`: how
-the run ended (finished, a deadlock, a data race, a stale read...), every interval for a timeline figure, and
-what each partition loaded and read. The rules are those of the hardware where it matters for correctness:
+`simulate` runs the partitions together under a timing model and a random schedule (at each instant, the partitions
+that can move take one operation each, in a random order), and returns a `Trace`: how the run ended (finished, a
+deadlock, a data race, a stale read...), every interval for a timeline figure, and what each partition loaded and
+read. The rules are those of the hardware where it matters for correctness:
 
-* an mbarrier counts arrivals; when `count` of them have arrived its current phase completes and the next begins.
-  `wait(bar, phase)` returns once the phase with that parity has completed, exactly like PTX's
+* an mbarrier counts arrivals and bytes. A phase completes when `count` arrivals have arrived and every byte that
+  was announced for it (`expect`, mbarrier.arrive.expect_tx: one arrival and a byte count) has landed; then the next
+  phase begins. `wait(bar, phase)` returns once the phase with that parity has completed, exactly like PTX's
   `mbarrier.try_wait.parity`: a fresh barrier is in phase 0, so `wait(bar, 1)` passes at once (it reads as the
   phase before) and `wait(bar, 0)` blocks until the first phase completes. Only the parity is compared, so a
   partition two phases behind sees a completed phase that is not the one it meant: that is a race, found below.
-* a TMA load is asynchronous: it lands in its slot after the load time and then arrives on its barrier.
-* tensor-core products are asynchronous too (`mma` issues, `mma_wait` waits for this partition's products). The
-  tensor cores are shared: products in flight at the same time split them evenly (their instruction streams
-  interleave), so both finish late. The CUDA cores that run the softmax are shared the same way.
-
+* a TMA load is asynchronous: its bytes land in the slot after the load time and count against its barrier's
+  expected bytes (complete_tx); it arrives on nothing. A K/V load ("kv") is two copies, K landing first.
+* tensor-core products are asynchronous too (`mma` issues a wgmma, `mma_wait(n)` is `wgmma.wait_group(n)`: it waits
+  until at most n of this partition's products are in flight). The tensor cores take the products of every
+  partition in one queue, in issue order, one at a time at full speed; a product reads its slot from its issue to
+  its end. The CUDA cores that run the softmax are shared evenly by the softmaxes running at the same moment.
+* the barriers are initialised before the partitions start (`mbarrier.init`), and the initialisation must be fenced
+  (`fence_async_shared()`) before the TMA unit signals them. A run may start from the kernel's own prologue
+  (`kernel=`: init and fence operations), and then an uninitialised or unfenced barrier is a failure of its own.
 `Recorder` and `replay` carry a run's partitions across processes as the operations they yielded (batch grading).
-
 It is a model, with made-up but proportioned durations (notebook 11 says where they come from), not a cycle-level
 simulator: what it decides exactly is whether a protocol is right, and roughly what overlap it buys.
 """
@@ -48,89 +53,149 @@ T = catalogue("pipeline_sim", {
                    "{arrived} of {count} arrival(s) in the current one)",
                    "{actor} 在 {bar} 上等待奇偶性为 {phase} 的阶段（{bar} 已完成 {done} 个阶段；当前阶段已到达 "
                    "{arrived}/{count} 次）"),
+    "bytes_short": (", and {bar} (slot {slot}) was told to expect {expected} bytes in this phase of which {landed} "
+                    "have landed, with no load in flight to it: {missing} bytes more than the loads bring",
+                    "；而且 {bar}（槽位 {slot}）在这个阶段被告知要等 {expected} 字节，已落地 {landed} 字节，"
+                    "再也没有发往它的加载：比加载带来的多了 {missing} 字节"),
     "blocked_mma": ("{actor} waits for its own products, which never finish",
                     "{actor} 在等自己的乘法完成，但它们永远完不成"),
     "race": ("data race at t = {t:.2f}: the load of block {block} into slot {slot} overlapped the products of "
              "block {reading} by {actor}, which were still reading that slot",
              "t = {t:.2f} 时数据竞争：块 {block} 写入槽位 {slot} 的加载，与 {actor} 对块 {reading} 的乘法重叠了，"
              "而那些乘法还在读这个槽位"),
-    "stale": ("stale read at t = {t:.2f}: {actor} started the products of block {block} on slot {slot}, which "
+    "stale": ("stale read at t = {t:.2f}: {actor} started the products of block {block} on slot {slot}, whose {half} "
               "held {held}", "t = {t:.2f} 时读到了过期数据：{actor} 在槽位 {slot} 上开始计算块 {block} 的乘法，"
-              "而那个槽位里是 {held}"),
-    "held_block": ("block {b}", "块 {b}"),
+              "而那个槽位的 {half} 里是 {held}"),
+    "held_block": ("block {b}", "块 {b}"), "held_loading": ("block {b}, still loading", "块 {b}，而且还没加载完"),
     "held_nothing": ("nothing yet (no load had landed)", "什么都没有（还没有任何加载落地）"),
-    "held_loading": ("block {b}, still loading", "块 {b}，而且还没加载完"),
     "overwrite_pending": ("data race at t = {t:.2f}: {actor} issued a load of block {block} into slot {slot} while "
                           "the load of block {other} into the same slot was still in flight",
                           "t = {t:.2f} 时数据竞争：{actor} 向槽位 {slot} 发起了块 {block} 的加载，而同一个槽位里块 "
                           "{other} 的加载还没完成"),
+    "unfenced": ("{actor} started a TMA load of block {block} that signals {bar}, but no fence followed that "
+                 "barrier's mbarrier.init (fence_async_shared() in Gluon, after the inits and before the partitions "
+                 "start): the TMA unit may not see the initialised barrier, and on the GPU the load's bytes can be "
+                 "lost (a hang, not every time)",
+                 "{actor} 发起了块 {block} 的 TMA 加载，它要通知 {bar}，可是这个 barrier 的 mbarrier.init 之后没有"
+                 "fence（在 Gluon 里是 fence_async_shared()，放在所有 init 之后、各分区开始之前）：TMA 单元可能看不到"
+                 "初始化好的 barrier，在 GPU 上这次加载的字节可能丢掉（会挂住，但不是每次）"),
+    "uninit": ("{actor} used {bar}, which the kernel never initialised (mbarrier.init) before the partitions started",
+               "{actor} 用到了 {bar}，但 kernel 在各分区开始之前从没初始化过它（mbarrier.init）"),
     "wrong_loads": ("the producer loaded blocks {got}; expected each of 0 … {last} once, in order",
                     "生产者加载的块是 {got}；应当按顺序把 0 … {last} 各加载一次"),
     "wrong_reads": ("{actor} computed on blocks {got}; expected each of 0 … {last} once, in order",
                     "{actor} 计算用到的块是 {got}；应当按顺序把 0 … {last} 各用一次"),
     "bad_slot": ("{actor}: slot {slot} does not exist (the ring has slots 0 … {last})",
                  "{actor}：槽位 {slot} 不存在（环形缓冲区的槽位是 0 … {last}）"),
-    "bad_op": ("{actor} yielded {got}; yield one of wait(...), arrive(...), tma_load(...), mma(...), mma_wait() "
-               "or softmax(...)",
-               "{actor} yield 出了 {got}；只能 yield wait(...)、arrive(...)、tma_load(...)、mma(...)、"
-               "mma_wait() 或 softmax(...)"),
+    "bad_op": ("{actor} yielded {got}; yield one of wait(...), arrive(...), expect(...), tma_load(...), mma(...), "
+               "mma_wait(...) or softmax(...)",
+               "{actor} yield 出了 {got}；只能 yield wait(...)、arrive(...)、expect(...)、tma_load(...)、mma(...)、"
+               "mma_wait(...) 或 softmax(...)"),
     "bad_barrier": ("{actor}: {op} needs a barrier (ring.ready[s], ring.empty[s] or turns[g]), got {got}",
                     "{actor}：{op} 需要一个 barrier（ring.ready[s]、ring.empty[s] 或 turns[g]），传入的是 {got}"),
     "bad_phase": ("{actor}: wait(..., phase) takes a phase parity, 0 or 1, got {got}",
                   "{actor}：wait(..., phase) 的 phase 是阶段的奇偶性，只能是 0 或 1，传入的是 {got}"),
+    "bad_count": ("{actor}: {op} takes a whole number of {what}, got {got}",
+                  "{actor}：{op} 的参数是{what}，要一个整数，传入的是 {got}"),
+    "w_bytes": ("bytes (at least 1)", "字节数（至少 1）"),
+    "w_products": ("products left in flight (0 waits for all)", "允许还在途的乘法个数（0 表示全部等完）"),
+    "bad_part": ("{actor}: {op} takes part={want}, got {got}", "{actor}：{op} 的 part 只能是 {want}，传入的是 {got}"),
     "not_generator": ("{actor}: calling it returned {got}, not a generator; the body must `yield` each operation "
                       "(yield wait(...), yield mma(...), ...)",
                       "{actor}：调用它返回的是 {got}，不是生成器；函数体里要用 `yield` 交出每个操作"
                       "（yield wait(...)、yield mma(...)……）"),
     "too_long": ("more than {n} operations without finishing: an endless loop?",
                  "执行了 {n} 多个操作还没结束：是不是死循环了？"),
-    "producer": ("the producer", "生产者"),
-    "consumer": ("consumer {g}", "消费者 {g}"),
+    "producer": ("the producer", "生产者"), "consumer": ("consumer {g}", "消费者 {g}"),
+    "kernel": ("the kernel's prologue", "kernel 的开头部分"),
 })
 
 #: what one consumer's products of one block cost (the unit of time), and the rest relative to it
 DEFAULT_TIMING = {"mma": 1.0, "softmax": 0.53, "load": 0.6}
+#: the halves of a slot each load part writes and each product part reads
+LOAD_PARTS = {"kv": ("K", "V"), "k": ("K",), "v": ("V",)}
+MMA_PARTS = {None: ("K", "V"), "qk": ("K",), "pv": ("V",)}
 
 
 # ------------------------------------------------------------------------------------------------ the objects
 class Barrier:
-    """An mbarrier: `count` arrivals complete a phase. `completed` counts the phases completed so far."""
+    """An mbarrier: a phase completes once `count` arrivals have arrived and the bytes announced for it (`expect`)
+    have landed. `completed` counts the phases completed so far. `initialised` and `fenced`: whether mbarrier.init
+    ran for it, and a fence after that (a barrier made here is both, unless the run starts from a kernel prologue)."""
 
-    def __init__(self, name: str, count: int = 1) -> None:
-        self.name, self.count, self.completed, self.arrivals = name, count, 0, 0
+    def __init__(self, name: str, count: int = 1, slot: int | None = None) -> None:
+        self.name, self.count, self.slot, self.completed, self.arrivals = name, count, slot, 0, 0
+        self.expected = self.landed = 0  # bytes announced for, and landed in, the current phase
+        self.initialised = self.fenced = True
+
+    def _settle(self) -> None:
+        if self.arrivals >= self.count and self.landed == self.expected:
+            self.completed, self.arrivals, self.expected, self.landed = self.completed + 1, 0, 0, 0
 
     def arrive(self) -> None:
         self.arrivals += 1
-        if self.arrivals == self.count:
-            self.completed, self.arrivals = self.completed + 1, 0
+        self._settle()
+
+    def expect(self, nbytes: int) -> None:
+        """mbarrier.arrive.expect_tx: one arrival, and `nbytes` more that must land before the phase completes."""
+        self.expected += nbytes
+        self.arrive()
+
+    def complete_tx(self, nbytes: int) -> None:
+        """`nbytes` of a TMA load landed (the load's signal to its barrier; it is not an arrival)."""
+        self.landed += nbytes
+        self._settle()
 
     def passes(self, phase: int) -> bool:
         """Whether wait(self, phase) returns: the phase with parity `phase` has completed (parity only)."""
         return (self.completed & 1) != phase
 
     def __repr__(self) -> str:
-        return f"<mbarrier {self.name}: {self.completed} phase(s) completed, {self.arrivals}/{self.count} arrived>"
+        tx = f", {self.landed}/{self.expected} bytes" if self.expected or self.landed else ""
+        return f"<mbarrier {self.name}: {self.completed} phase(s) completed, {self.arrivals}/{self.count} arrived{tx}>"
 
 
 class Ring:
-    """`stages` shared-memory slots for K/V blocks, with a `ready` and an `empty` barrier per slot.
+    """`stages` shared-memory slots, each holding a K and a V block, with their barriers.
 
-    ready[s] completes a phase when a load lands in slot s; empty[s] when every consumer has released slot s
-    (its count is the number of consumers)."""
+    By default one `ready` and one `empty` barrier per slot, for K and V together: ready[s] completes a phase when a
+    load's K and V bytes have landed in slot s (the producer announces them with expect(ring.ready[s], nbytes));
+    empty[s] when every consumer has released slot s (its count is the number of consumers). With split=True, as in
+    the course's Gluon kernel, K and V have their own: k_ready, v_ready, k_empty, v_empty. `k_bytes`, `v_bytes`: the
+    size of one K and one V block (fp16, 128 × 128); `block_bytes` both."""
 
-    def __init__(self, stages: int, consumers: int = 1) -> None:
-        self.stages = stages
-        self.ready = [Barrier(f"ready[{s}]", 1) for s in range(stages)]
-        self.empty = [Barrier(f"empty[{s}]", consumers) for s in range(stages)]
-        self.content: list[int | None] = [None] * stages  # the block whose load last landed in each slot
+    def __init__(self, stages: int, consumers: int = 1, *, split: bool = False, initialised: bool = True,
+                 k_bytes: int = 32768, v_bytes: int = 32768) -> None:
+        self.stages, self.consumers, self.split = stages, consumers, split
+        self.k_bytes, self.v_bytes = k_bytes, v_bytes
 
-    def __repr__(self) -> str:
-        return f"<ring of {self.stages} slot(s)>"
+        def bars(name, count):
+            return [Barrier(f"{name}[{s}]", count, slot=s) for s in range(stages)]
+        if split:
+            self.k_ready, self.v_ready = bars("k_ready", 1), bars("v_ready", 1)
+            self.k_empty, self.v_empty = bars("k_empty", consumers), bars("v_empty", consumers)
+            self.ready = self.empty = []
+        else:
+            self.ready, self.empty = bars("ready", 1), bars("empty", consumers)
+            self.k_ready = self.v_ready = self.k_empty = self.v_empty = []
+        for b in self.barriers():
+            b.initialised = b.fenced = initialised
+        self.content: dict[str, list[int | None]] = {"K": [None] * stages, "V": [None] * stages}  # last landed
+
+    block_bytes = property(lambda self: self.k_bytes + self.v_bytes)
+
+    def barriers(self) -> list[Barrier]:
+        return self.ready + self.empty + self.k_ready + self.v_ready + self.k_empty + self.v_empty
+
+    __repr__ = lambda self: f"<ring of {self.stages} slot(s){', K and V apart' if self.split else ''}>"  # noqa: E731
 
 
-def make_turns() -> list[Barrier]:
+def make_turns(initialised: bool = True) -> list[Barrier]:
     """The two 'turn' barriers of a ping-pong: turns[g] completes a phase when the other group hands over."""
-    return [Barrier("turns[0]", 1), Barrier("turns[1]", 1)]
+    turns = [Barrier("turns[0]", 1), Barrier("turns[1]", 1)]
+    for b in turns:
+        b.initialised = b.fenced = initialised
+    return turns
 
 
 # ------------------------------------------------------------------------------------------------ operations
@@ -141,6 +206,11 @@ class Op:
     phase: Any = None
     slot: Any = None
     block: Any = None
+    n: Any = None
+    part: Any = None
+
+
+OP_FIELDS = ("kind", "bar", "phase", "slot", "block", "n", "part")
 
 
 def wait(bar: Barrier, phase: int) -> Op:
@@ -153,19 +223,28 @@ def arrive(bar: Barrier) -> Op:
     return Op("arrive", bar=bar)
 
 
-def tma_load(block: int, slot: int, bar: Barrier) -> Op:
-    """Start loading K/V block `block` into ring slot `slot`; when it lands, it arrives once on `bar`."""
-    return Op("load", bar=bar, slot=slot, block=block)
+def expect(bar: Barrier, nbytes: int) -> Op:
+    """One arrival on `bar` that also announces `nbytes` for its current phase (mbarrier.expect in Gluon)."""
+    return Op("expect", bar=bar, n=nbytes)
 
 
-def mma(slot: int, block: int) -> Op:
-    """Issue this consumer's tensor-core products of block `block`, reading ring slot `slot` (asynchronous)."""
-    return Op("mma", slot=slot, block=block)
+def tma_load(block: int, slot: int, bar: Barrier, part: str = "kv") -> Op:
+    """Start loading block `block` into ring slot `slot`: K and V ("kv"), or only "k" or "v". As its bytes land they
+    count against `bar`'s expected bytes (nothing else: a load makes no arrival)."""
+    return Op("load", bar=bar, slot=slot, block=block, part=part)
 
 
-def mma_wait() -> Op:
-    """Block until every product this partition issued has finished (warpgroup_mma_wait(0))."""
-    return Op("mma_wait")
+def mma(slot: int, block: int, part: str | None = None) -> Op:
+    """Issue this consumer's tensor-core products of block `block`, reading ring slot `slot` (asynchronous): both
+    (S = QKᵀ and O += PV, reading K and V), or one of them, part="qk" (reads K) or "pv" (reads V), each half the
+    time."""
+    return Op("mma", slot=slot, block=block, part=part)
+
+
+def mma_wait(n: int = 0) -> Op:
+    """Block until at most `n` of the products this partition issued are still in flight (warpgroup_mma_wait(n);
+    the products finish in the order they were issued, so n = 1 waits for all but the last)."""
+    return Op("mma_wait", n=n)
 
 
 def softmax(block: int) -> Op:
@@ -173,11 +252,21 @@ def softmax(block: int) -> Op:
     return Op("softmax", block=block)
 
 
+def init(bar: Barrier, count: int) -> Op:
+    """The kernel's prologue: mbarrier.init(bar, count=count)."""
+    return Op("init", bar=bar, n=count)
+
+
+def fence() -> Op:
+    """The kernel's prologue: fence_async_shared(), which makes every mbarrier.init before it visible to the TMA."""
+    return Op("fence")
+
+
 # ------------------------------------------------------------------------------------------------ the trace
 @dataclass
 class Interval:
     actor: str  # "producer", "consumer 0", ... (English keys; describe() and the figure translate them)
-    kind: str  # load | mma | softmax | blocked
+    kind: str  # load | mma | queued (issued, behind other products) | softmax | blocked
     start: float
     end: float
     block: int | None = None
@@ -185,17 +274,19 @@ class Interval:
 
 @dataclass
 class Trace:
-    """What one simulated run did. `outcome`: ok | deadlock | race | stale | wrong_loads | wrong_reads | bad_op |
-    too_long; `detail` holds the values its message needs."""
+    """What one simulated run did. `outcome`: ok | deadlock | race | stale | unfenced | uninit | wrong_loads |
+    wrong_reads | bad_op | too_long; `detail` holds the values its message needs."""
 
     outcome: str = "ok"
     detail: dict = field(default_factory=dict)
     time: float = 0.0
     intervals: list[Interval] = field(default_factory=list)
     loads: list[int] = field(default_factory=list)
+    #: the blocks each consumer's products read, K and V apart (a product of both reads both)
     reads: dict[str, list[int]] = field(default_factory=dict)
+    v_reads: dict[str, list[int]] = field(default_factory=dict)
     #: every operation as it ran: (actor, kind, barrier name or None, phase, slot, block, t, products in flight,
-    #: phases the barrier had completed when a wait passed) — what exercise-specific diagnoses read
+    #: phases the barrier had completed when a wait passed, part, n) — what exercise-specific diagnoses read
     log: list[tuple] = field(default_factory=list)
     n_blocks: int = 0
 
@@ -208,7 +299,7 @@ class Trace:
         d = self.detail
         if self.outcome == "deadlock":
             return ("deadlock", tuple(sorted((b.get("actor"), b.get("bar"), b.get("phase")) for b in d["blocked"])))
-        return (self.outcome, d.get("actor"), d.get("slot"), d.get("block"))
+        return (self.outcome, d.get("actor"), d.get("slot"), d.get("block"), d.get("half"))
 
     def tensor_core_busy(self) -> float:
         """The fraction of time from the first product's start to the last one's end that the tensor cores worked."""
@@ -225,29 +316,21 @@ class Trace:
         whole = max(e for _, e in spans) - spans[0][0]
         return busy / whole if whole > 0 else 1.0
 
-    def products_overlap(self) -> tuple[float, str, str] | None:
-        """The first moment two consumers' products were on the tensor cores together, if ever: (t, a, b)."""
-        spans = sorted((iv.start, iv.end, iv.actor) for iv in self.intervals if iv.kind == "mma")
-        for i, (_s, e, a) in enumerate(spans):
-            for s2, _e2, b in spans[i + 1:]:
-                if s2 >= e - 1e-9:
-                    break
-                if b != a:
-                    return s2, a, b
-        return None
-
     def describe(self) -> str:
         """One paragraph saying how the run ended, in the language in force."""
-        d = {k: v for k, v in self.detail.items() if k != "blocked"}
+        d = {k: v for k, v in self.detail.items() if k not in ("blocked", "short")}
         if "actor" in d:
             d["actor"] = actor_label(d["actor"])
         if self.outcome == "ok":
             return T("ok", n=self.n_blocks, t=self.time)
         if self.outcome == "deadlock":
-            who = join((T("blocked_mma", actor=actor_label(b["actor"])) if b.get("bar") is None else
-                        T("blocked_on", **{**b, "actor": actor_label(b["actor"])}) for b in self.detail["blocked"]),
-                       "; ")
-            text = T("deadlock", t=self.time, who=who)
+            def one(b):
+                if b.get("bar") is None:
+                    return T("blocked_mma", actor=actor_label(b["actor"]))
+                text = T("blocked_on", **{**{k: v for k, v in b.items() if k != "short"},
+                                           "actor": actor_label(b["actor"])})
+                return text + (T("bytes_short", **b["short"]) if b.get("short") else "")
+            text = T("deadlock", t=self.time, who=join((one(b) for b in self.detail["blocked"]), "; "))
             if len(self.loads) > self.n_blocks:
                 text += T("loaded_too_many", n=len(self.loads), n_blocks=self.n_blocks)
             elif self.loads != list(range(len(self.loads))):
@@ -261,8 +344,8 @@ class Trace:
 
 
 def actor_label(actor: str) -> str:
-    if actor == "producer":
-        return T("producer")
+    if actor in ("producer", "kernel"):
+        return T(actor)
     return T("consumer", g=actor.split()[-1]) if actor.startswith("consumer") else actor
 
 
@@ -277,20 +360,26 @@ class _Actor:
         self.state = "run"  # run | wait | mma_wait | softmax | done
         self.bar: Barrier | None = None
         self.phase = 0
+        self.keep = 0  # mma_wait(n): the products it may leave in flight
         self.since = 0.0  # when the current wait began
         self.work = 0.0  # softmax work left
         self.block: int | None = None
         self.outstanding: list[dict] = []
 
 
+def _is_count(x: Any, least: int) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= least
+
+
 def simulate(partitions: list[tuple[str, Any]], ring: Ring, n_blocks: int, *, timing: dict | None = None,
-             seed: int = 0, jitter: float = 0.0, max_ops: int | None = None) -> Trace:
+             seed: int = 0, jitter: float = 0.0, max_ops: int | None = None, kernel: Any = None) -> Trace:
     """Run the partitions (name, generator) together and return the trace.
 
     timing: durations of "mma" (one consumer's products of one block, alone on the tensor cores), "softmax"
-    (alone on the CUDA cores) and "load" (a TMA load); jitter: each duration is scaled by a factor drawn uniformly
-    from [1 - jitter, 1 + jitter]; seed: the schedule (which partition moves first when several can, and the
-    jitter). A partition's own exception propagates (it is the learner's code).
+    (alone on the CUDA cores) and "load" (a TMA load of K and V); jitter: each duration is scaled by a factor drawn
+    uniformly from [1 - jitter, 1 + jitter]; seed: the schedule (which partition moves first when several can, and the
+    jitter); kernel: the operations of the kernel's prologue (init, fence), run before the partitions start. A
+    partition's own exception propagates (it is the learner's code).
     """
     timing = {**DEFAULT_TIMING, **(timing or {})}
     rng = random.Random(seed)
@@ -304,9 +393,10 @@ def simulate(partitions: list[tuple[str, Any]], ring: Ring, n_blocks: int, *, ti
             return trace
         actors.append(_Actor(name, gen))
         if name != "producer":
-            trace.reads[name] = []
-    loads: list[dict] = []  # in flight: slot, block, bar, end
-    mmas: list[dict] = []  # on the tensor cores: actor, slot, block, work, start
+            trace.reads[name], trace.v_reads[name] = [], []
+    loads: list[dict] = []  # in flight, one per copy: slot, half, block, bar, nbytes, start, end
+    queue: list[dict] = []  # the tensor cores' queue, in issue order (the head runs): actor, slot, block, halves,
+    # work, issued, start
     t = 0.0
     ops = 0
 
@@ -320,83 +410,125 @@ def simulate(partitions: list[tuple[str, Any]], ring: Ring, n_blocks: int, *, ti
     def check_bar(a: _Actor, op: Op, what: str) -> None:
         if not isinstance(op.bar, Barrier):
             fail("bad_barrier", actor=a.name, op=what, got=repr(op.bar)[:80])
+        if not op.bar.initialised:
+            fail("uninit", actor=a.name, bar=op.bar.name)
 
     def check_slot(a: _Actor, slot: Any) -> None:
         if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < ring.stages:
             fail("bad_slot", actor=a.name, slot=repr(slot)[:40], last=ring.stages - 1)
 
-    def step(a: _Actor) -> bool:
-        """Advance actor `a` through operations that take no time; True if it did anything."""
-        nonlocal ops
-        moved = False
-        while True:
-            if a.state == "wait":
-                if not a.bar.passes(a.phase):
-                    return moved
-                trace.intervals.append(Interval(a.name, "blocked", a.since, t)) if t > a.since else None
-                trace.log.append((a.name, "passed", a.bar.name, a.phase, None, None, t, len(a.outstanding),
-                                  a.bar.completed))
-                a.state = "run"
-            elif a.state == "mma_wait":
-                if a.outstanding:
-                    return moved
-                trace.intervals.append(Interval(a.name, "blocked", a.since, t)) if t > a.since else None
-                a.state = "run"
-            elif a.state != "run":
-                return moved
-            try:
-                op = next(a.gen)
-            except StopIteration:
-                a.state = "done"
-                return True
-            moved = True
-            ops += 1
-            if ops > budget:
-                fail("too_long", n=budget)
-            if not isinstance(op, Op):
-                fail("bad_op", actor=a.name, got=repr(op)[:80])
-            bar_name = op.bar.name if isinstance(op.bar, Barrier) else None
-            trace.log.append((a.name, op.kind, bar_name, op.phase, op.slot, op.block, t, len(a.outstanding), None))
-            if op.kind == "wait":
-                check_bar(a, op, "wait")
-                if op.phase not in (0, 1) or isinstance(op.phase, bool):
-                    fail("bad_phase", actor=a.name, got=repr(op.phase)[:40])
-                a.state, a.bar, a.phase, a.since = "wait", op.bar, int(op.phase), t
-            elif op.kind == "arrive":
-                check_bar(a, op, "arrive")
-                op.bar.arrive()
-            elif op.kind == "load":
-                check_bar(a, op, "tma_load")
-                check_slot(a, op.slot)
-                reader = next((j for j in mmas if j["slot"] == op.slot), None)
-                if reader is not None:
-                    fail("race", t=t, block=op.block, slot=op.slot, actor=reader["actor"].name,
-                         reading=reader["block"])
-                for other in loads:
-                    if other["slot"] == op.slot:
-                        fail("overwrite_pending", t=t, actor=a.name, block=op.block, slot=op.slot,
-                             other=other["block"])
-                loads.append(dict(slot=op.slot, block=op.block, bar=op.bar, start=t, end=t + dur("load")))
-                trace.loads.append(op.block)
-            elif op.kind == "mma":
-                check_slot(a, op.slot)
-                pending = next((ld for ld in loads if ld["slot"] == op.slot), None)
-                if pending is not None or ring.content[op.slot] != op.block:
-                    held = (("loading", pending["block"]) if pending is not None else
-                            None if ring.content[op.slot] is None else ("held", ring.content[op.slot]))
-                    fail("stale", t=t, actor=a.name, block=op.block, slot=op.slot, held=held)
-                job = dict(actor=a, slot=op.slot, block=op.block, work=dur("mma"), start=t)
-                mmas.append(job)
-                a.outstanding.append(job)
+    def check_part(a: _Actor, op: Op, what: str, parts: dict) -> tuple:
+        if not isinstance(op.part, (str, type(None))) or op.part not in parts:
+            fail("bad_part", actor=a.name, op=what, want=join(repr(p) for p in parts), got=repr(op.part)[:40])
+        return parts[op.part]
+
+    def execute(a: _Actor, op: Op) -> None:
+        if op.kind == "wait":
+            check_bar(a, op, "wait")
+            if op.phase not in (0, 1) or isinstance(op.phase, bool):
+                fail("bad_phase", actor=a.name, got=repr(op.phase)[:40])
+            a.state, a.bar, a.phase, a.since = "wait", op.bar, int(op.phase), t
+        elif op.kind == "arrive":
+            check_bar(a, op, "arrive")
+            op.bar.arrive()
+        elif op.kind == "expect":
+            check_bar(a, op, "expect")
+            if not _is_count(op.n, 1):
+                fail("bad_count", actor=a.name, op="expect(bar, nbytes)", what=T("w_bytes"), got=repr(op.n)[:40])
+            op.bar.expect(op.n)
+        elif op.kind == "load":
+            check_bar(a, op, "tma_load")
+            check_slot(a, op.slot)
+            halves = check_part(a, op, "tma_load", LOAD_PARTS)
+            if not op.bar.fenced:
+                fail("unfenced", actor=a.name, block=op.block, bar=op.bar.name)
+            reader = next((j for j in queue if j["slot"] == op.slot and set(j["halves"]) & set(halves)), None)
+            if reader is not None:
+                fail("race", t=t, block=op.block, slot=op.slot, actor=reader["actor"].name, reading=reader["block"])
+            for other in loads:
+                if other["slot"] == op.slot and other["half"] in halves:
+                    fail("overwrite_pending", t=t, actor=a.name, block=op.block, slot=op.slot, other=other["block"])
+            d = dur("load")
+            for i, half in enumerate(halves):  # K and V of a "kv" load: V after K; one half alone: half the time
+                nbytes = ring.k_bytes if half == "K" else ring.v_bytes
+                loads.append(dict(slot=op.slot, half=half, block=op.block, bar=op.bar, nbytes=nbytes, start=t,
+                                  end=t + d * (i + 1) / 2, drawn=i == len(halves) - 1))
+            trace.loads.append(op.block)
+        elif op.kind == "mma":
+            check_slot(a, op.slot)
+            halves = check_part(a, op, "mma", MMA_PARTS)
+            for half in halves:
+                pending = next((ld for ld in loads if ld["slot"] == op.slot and ld["half"] == half), None)
+                held = ring.content[half][op.slot]
+                if pending is not None or held != op.block:
+                    fail("stale", t=t, actor=a.name, block=op.block, slot=op.slot, half=half,
+                         held=("loading", pending["block"]) if pending is not None else
+                         None if held is None else ("held", held))
+            job = dict(actor=a, slot=op.slot, block=op.block, halves=halves, issued=t, start=t if not queue else None,
+                       work=dur("mma") * len(halves) / 2)
+            queue.append(job)
+            a.outstanding.append(job)
+            if "K" in halves:
                 trace.reads.setdefault(a.name, []).append(op.block)
-            elif op.kind == "mma_wait":
-                a.state, a.since = "mma_wait", t
-            elif op.kind == "softmax":
-                a.state, a.work, a.block, a.since = "softmax", dur("softmax"), op.block, t
-            else:
-                fail("bad_op", actor=a.name, got=repr(op)[:80])
+            if "V" in halves:
+                trace.v_reads.setdefault(a.name, []).append(op.block)
+        elif op.kind == "mma_wait":
+            if not _is_count(op.n, 0):
+                fail("bad_count", actor=a.name, op="mma_wait(n)", what=T("w_products"), got=repr(op.n)[:40])
+            a.state, a.keep, a.since = "mma_wait", op.n, t
+        elif op.kind == "softmax":
+            a.state, a.work, a.block, a.since = "softmax", dur("softmax"), op.block, t
+        else:
+            fail("bad_op", actor=a.name, got=repr(op)[:80])
+
+    def step(a: _Actor) -> bool:
+        """Let actor `a` take its next operation, if it can move: True if it did."""
+        nonlocal ops
+        if a.state == "wait":
+            if not a.bar.passes(a.phase):
+                return False
+            trace.intervals.append(Interval(a.name, "blocked", a.since, t)) if t > a.since else None
+            trace.log.append((a.name, "passed", a.bar.name, a.phase, None, None, t, len(a.outstanding),
+                              a.bar.completed, None, None))
+            a.state = "run"
+        elif a.state == "mma_wait":
+            if len(a.outstanding) > a.keep:
+                return False
+            trace.intervals.append(Interval(a.name, "blocked", a.since, t)) if t > a.since else None
+            a.state = "run"
+        elif a.state != "run":
+            return False
+        try:
+            op = next(a.gen)
+        except StopIteration:
+            a.state = "done"
+            return True
+        ops += 1
+        if ops > budget:
+            fail("too_long", n=budget)
+        if not isinstance(op, Op):
+            fail("bad_op", actor=a.name, got=repr(op)[:80])
+        bar_name = op.bar.name if isinstance(op.bar, Barrier) else None
+        n = (ring.k_bytes * ("K" in LOAD_PARTS[op.part]) + ring.v_bytes * ("V" in LOAD_PARTS[op.part])
+             if op.kind == "load" and op.part in LOAD_PARTS else op.n)
+        trace.log.append((a.name, op.kind, bar_name, op.phase, op.slot, op.block, t, len(a.outstanding), None,
+                          op.part, n))
+        execute(a, op)
+        return True
 
     try:
+        inited: list[Barrier] = []
+        for op in kernel or ():  # the kernel's prologue, before warp_specialize
+            if not isinstance(op, Op) or op.kind not in ("init", "fence") or op.kind == "init" and not (
+                    isinstance(op.bar, Barrier) and _is_count(op.n, 1)):
+                fail("bad_op", actor="kernel", got=repr(op)[:80])
+            if op.kind == "init":
+                op.bar.count, op.bar.initialised, op.bar.fenced = op.n, True, False
+                inited.append(op.bar)
+            for b in inited if op.kind == "fence" else ():
+                b.fenced = True
+            trace.log.append(("kernel", op.kind, op.bar.name if op.bar else None, None, None, None, t, 0, None,
+                              None, op.n))
         while True:
             moved = True
             while moved:
@@ -405,47 +537,51 @@ def simulate(partitions: list[tuple[str, Any]], ring: Ring, n_blocks: int, *, ti
                 rng.shuffle(order)
                 for a in order:
                     moved |= step(a)
-            if all(a.state == "done" for a in actors) and not loads and not mmas:
+            if all(a.state == "done" for a in actors) and not loads and not queue:
                 break
-            # the next event: a load lands, a product finishes, a softmax finishes
+            # the next event: a load lands, the product at the head of the queue finishes, a softmax finishes
             in_softmax = [a for a in actors if a.state == "softmax"]
             candidates = [ld["end"] - t for ld in loads]
-            candidates += [job["work"] * len(mmas) for job in mmas]
+            candidates += [queue[0]["work"]] if queue else []
             candidates += [a.work * len(in_softmax) for a in in_softmax]
             if not candidates:
                 blocked = []
                 for a in actors:
                     if a.state == "wait":
-                        blocked.append(dict(actor=a.name, bar=a.bar.name, phase=a.phase, done=a.bar.completed,
-                                            arrived=a.bar.arrivals, count=a.bar.count))
+                        b = a.bar
+                        short = (dict(bar=b.name, slot=b.slot, expected=b.expected, landed=b.landed,
+                                      missing=b.expected - b.landed) if b.expected > b.landed else None)
+                        blocked.append(dict(actor=a.name, bar=b.name, phase=a.phase, done=b.completed,
+                                            arrived=b.arrivals, count=b.count, short=short))
                     elif a.state == "mma_wait":
                         blocked.append(dict(actor=a.name, bar=None, phase=None))
                 fail("deadlock", blocked=blocked)
             dt = max(min(candidates), 0.0)
-            for job in mmas:
-                job["work"] -= dt / len(mmas)
+            if queue:
+                queue[0]["work"] -= dt
             for a in in_softmax:
                 a.work -= dt / len(in_softmax)
             t += dt
             eps = 1e-9
-            for job in [j for j in mmas if j["work"] <= eps]:
-                mmas.remove(job)
+            while queue and queue[0]["work"] <= eps:
+                job = queue.pop(0)
                 job["actor"].outstanding.remove(job)
                 trace.intervals.append(Interval(job["actor"].name, "mma", job["start"], t, job["block"]))
+                if queue:
+                    queue[0]["start"] = t
+                    if t > queue[0]["issued"] + eps:
+                        trace.intervals.append(Interval(queue[0]["actor"].name, "queued", queue[0]["issued"], t,
+                                                        queue[0]["block"]))
             for a in in_softmax:
                 if a.work <= eps:
                     trace.intervals.append(Interval(a.name, "softmax", a.since, t, a.block))
                     a.state = "run"
             for ld in [ld for ld in loads if ld["end"] - t <= eps]:
                 loads.remove(ld)
-                reader = next((j for j in mmas if j["slot"] == ld["slot"]), None)
-                if reader is not None:
-                    trace.time = t
-                    fail("race", t=t, block=ld["block"], slot=ld["slot"], actor=reader["actor"].name,
-                         reading=reader["block"])
-                ring.content[ld["slot"]] = ld["block"]
-                trace.intervals.append(Interval("producer", "load", ld["start"], t, ld["block"]))
-                ld["bar"].arrive()
+                ring.content[ld["half"]][ld["slot"]] = ld["block"]
+                if ld["drawn"]:  # a K/V load is drawn once, when its V has landed
+                    trace.intervals.append(Interval("producer", "load", ld["start"], t, ld["block"]))
+                ld["bar"].complete_tx(ld["nbytes"])
     except _Stop:
         trace.time = t
         for a in actors:  # the waits it ended in, for the timeline
@@ -454,13 +590,14 @@ def simulate(partitions: list[tuple[str, Any]], ring: Ring, n_blocks: int, *, ti
         return trace
     trace.time = t
     expected = list(range(n_blocks))
-    if trace.loads != expected:
+    if trace.loads != expected and trace.loads != [b for b in expected for _ in (0, 1)]:
         trace.outcome, trace.detail = "wrong_loads", {"got": trace.loads, "last": n_blocks - 1}
         return trace
-    for name, got in trace.reads.items():
-        if got != expected:
-            trace.outcome, trace.detail = "wrong_reads", {"actor": name, "got": got, "last": n_blocks - 1}
-            return trace
+    for reads in (trace.reads, trace.v_reads):
+        for name, got in reads.items():
+            if got != expected:
+                trace.outcome, trace.detail = "wrong_reads", {"actor": name, "got": got, "last": n_blocks - 1}
+                return trace
     return trace
 
 
@@ -483,7 +620,7 @@ class Recorder:
         """make() (the learner's partition called), with the generator it returns wrapped so that each operation it
         yields is recorded as it is taken. `name`: the partition's actor; ring, turns: what it was given."""
         def state() -> tuple:
-            shared = ring.ready + ring.empty + list(turns or [])
+            shared = ring.barriers() + list(turns or [])
             return tuple(map(id, shared)), tuple((b.completed, b.arrivals) for b in shared), tuple(ring.content)
 
         ops: list = []
@@ -495,7 +632,7 @@ class Recorder:
         if not inspect.isgenerator(made):
             ops.append(["not_generator", "None" if made is None else type(made).__name__])
             return made
-        known = {id(b): b.name for b in ring.ready + ring.empty + list(turns or [])}
+        known = {id(b): b.name for b in ring.barriers() + list(turns or [])}
 
         def recorded():
             while True:
@@ -512,7 +649,7 @@ class Recorder:
 
     def _op(self, op: Any, known: dict[int, str]) -> list:
         if isinstance(op, Op):
-            return ["op", *(self._value(getattr(op, f), known) for f in ("kind", "bar", "phase", "slot", "block"))]
+            return ["op", *(self._value(getattr(op, f), known) for f in OP_FIELDS)]
         return ["yield", self._value(op, known)]
 
     def _value(self, x: Any, known: dict[int, str]) -> Any:
@@ -582,9 +719,8 @@ def _decoded(x: Any, barriers: dict[str, Barrier], own: dict[int, Barrier]) -> A
 def _decoded_op(entry: Any, barriers: dict[str, Barrier], own: dict[int, Barrier]) -> Any:
     tag = entry[0] if isinstance(entry, list) and entry and type(entry[0]) is str else None
     try:
-        if tag == "op" and len(entry) == 6:
-            kind, bar, phase, slot, block = (_decoded(v, barriers, own) for v in entry[1:])
-            return Op(kind, bar=bar, phase=phase, slot=slot, block=block)
+        if tag == "op" and len(entry) == 1 + len(OP_FIELDS):
+            return Op(**{f: _decoded(v, barriers, own) for f, v in zip(OP_FIELDS, entry[1:])})
         if tag == "yield" and len(entry) == 2:
             return _decoded(entry[1], barriers, own)
     except Exception:  # noqa: BLE001 - a malformed recording (from a submission's process) is rejected below
@@ -604,7 +740,7 @@ def replay(ops: list, ring: Ring, turns: list[Barrier] | None, own: dict[int, Ba
     for first in ops[:2]:
         if isinstance(first, list) and len(first) == 2 and type(first[0]) is str and first[0] == "not_generator":
             return None if first[1] == "None" else _stand_in(str(first[1]), "")
-    barriers = {b.name: b for b in ring.ready + ring.empty + list(turns or [])}
+    barriers = {b.name: b for b in ring.barriers() + list(turns or [])}
 
     def replayed():
         for entry in ops:
@@ -625,24 +761,33 @@ def ring_consumer(ring: Ring, n_blocks: int):
         yield softmax(j)
 
 
+def _ring_and_turns(stages, consumers, split, kernel):
+    return Ring(stages, consumers=consumers, split=split, initialised=kernel is None), make_turns(kernel is None)
+
+
 def run_ring(producer, consumer, *, stages: int, n_blocks: int, seed: int = 0, jitter: float = 0.0,
-             timing: dict | None = None) -> Trace:
-    """One producer and one consumer on a ring of `stages` slots: producer(ring, n_blocks), consumer(ring, n_blocks)."""
-    ring = Ring(stages, consumers=1)
+             timing: dict | None = None, split: bool = False, kernel=None) -> Trace:
+    """One producer and one consumer on a ring of `stages` slots: producer(ring, n_blocks), consumer(ring, n_blocks).
+    split: K and V barriers apart; kernel: kernel(ring, turns) yields the prologue's init and fence operations
+    (without it the barriers start initialised and fenced)."""
+    ring, turns = _ring_and_turns(stages, 1, split, kernel)
     parts = [("producer", producer(ring, n_blocks)), ("consumer 0", consumer(ring, n_blocks))]
-    return simulate(parts, ring, n_blocks, seed=seed, jitter=jitter, timing=timing)
+    return simulate(parts, ring, n_blocks, seed=seed, jitter=jitter, timing=timing,
+                    kernel=None if kernel is None else list(kernel(ring, turns)))
 
 
 def run_pingpong(producer, consumer, *, stages: int, n_blocks: int, seed: int = 0, jitter: float = 0.0,
-                 timing: dict | None = None) -> Trace:
+                 timing: dict | None = None, split: bool = False, kernel=None) -> Trace:
     """One producer and two consumer groups sharing the ring: consumer(ring, turns, n_blocks, group) for group 0
-    and 1; the producer is producer(ring, n_blocks) (empty barriers count both consumers)."""
-    ring = Ring(stages, consumers=2)
-    turns = make_turns()
+    and 1; the producer is producer(ring, n_blocks) (empty barriers count both consumers). split, kernel: as
+    run_ring's."""
+    ring, turns = _ring_and_turns(stages, 2, split, kernel)
     parts = [("producer", producer(ring, n_blocks))]
     parts += [(f"consumer {g}", consumer(ring, turns, n_blocks, g)) for g in (0, 1)]
-    return simulate(parts, ring, n_blocks, seed=seed, jitter=jitter, timing=timing)
+    return simulate(parts, ring, n_blocks, seed=seed, jitter=jitter, timing=timing,
+                    kernel=None if kernel is None else list(kernel(ring, turns)))
 
 
-__all__ = ["Barrier", "DEFAULT_TIMING", "Recorder", "Ring", "Trace", "arrive", "make_turns", "mma", "mma_wait",
-           "replay", "run_pingpong", "ring_consumer", "run_ring", "simulate", "softmax", "tma_load", "touched", "wait"]
+__all__ = ["Barrier", "DEFAULT_TIMING", "Recorder", "Ring", "Trace", "arrive", "expect", "fence", "init", "make_turns",
+           "mma", "mma_wait", "replay", "run_pingpong", "ring_consumer", "run_ring", "simulate", "softmax", "tma_load",
+           "touched", "wait"]

@@ -310,7 +310,7 @@ FORGED = {
     "forged_sim_code": with_exports(SOL11, _SWAP + "ps.simulate.__code__ = _simulate.__code__\n" + _DO_NOTHING),
     # the Trace class made to say "ok" whatever happened, and the runners the exercise calls replaced
     "forged_trace": with_exports(SOL11, _SWAP + "ps.Trace.ok.fget.__code__ = (lambda self: True).__code__\n"
-                                 "ps.Trace.products_overlap.__code__ = (lambda self: None).__code__\n"
+                                 "h.out_of_turn.__code__ = (lambda trace: None).__code__\n"
                                  "ps.Trace.tensor_core_busy.__code__ = (lambda self: 1.0).__code__\n"
                                  "ps.run_ring.__code__ = ps.run_pingpong.__code__ = _run.__code__\n" + _DO_NOTHING),
     # the exercise's own runner made to return made-up finished traces instead of what the partitions did

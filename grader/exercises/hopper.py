@@ -23,6 +23,7 @@ from ..pipeline_sim import (
     Trace,
     actor_label,
     arrive,
+    expect,
     replay,
     ring_consumer,
     run_pingpong,
@@ -47,9 +48,13 @@ T = catalogue("exercises.hopper", {
                   "所以这个改动不算在你的协议里"),
     "schedule": ("in schedule {k} of {n} (seed {seed}, timings jittered by ±{jitter:.0%}): {what}",
                  "在 {n} 个调度中的第 {k} 个（seed {seed}，时长随机扰动 ±{jitter:.0%}）：{what}"),
-    "overlap": ("the products of {a} and {b} were on the tensor cores together at t = {t:.2f}: the turns did not keep "
-                "them apart, so both ran at half speed",
-                "t = {t:.2f} 时 {a} 和 {b} 的乘法同时占着 tensor core：轮次协议没有把它们错开，两边都只跑了一半的速度"),
+    "out_of_turn": ("out of turn at t = {t:.2f}: {actor} issued its products of block {block} after {other} had "
+                    "issued products of a later turn (block {other_block}). The tensor cores take products in issue "
+                    "order, so the turns must keep one turn's products together: group 0, group 1, group 0, …, each "
+                    "group's products issued while it holds the turn",
+                    "t = {t:.2f} 时乱了轮次：{actor} 发出块 {block} 的乘法时，{other} 已经发出了后面一个轮次的乘法"
+                    "（块 {other_block}）。tensor core 按发出的顺序执行乘法，所以轮次协议必须让同一个轮次的乘法"
+                    "挨在一起：group 0、group 1、group 0……每个 group 只在持有轮次时发出自己的乘法"),
     "busy": ("correct, but the tensor cores were busy only {busy:.0%} of the time from the first product to the last "
              "(at least {want:.0%} asked; the reference protocol keeps them {ref:.0%} busy here): the softmax of one "
              "group is not running under the products of the other",
@@ -98,6 +103,24 @@ T = catalogue("exercises.hopper", {
                             "tma_load(block, slot, bar) 在数据落地时到达 `bar`：它必须是 ring.ready[s]，也就是消费者"
                             "在等的那个 barrier"),
     "p_one_slot": ("every block goes to slot 0", "所有块都放进了槽位 0"),
+    "p_no_expect": ("no expect on the ready barrier", "没有在 ready barrier 上 expect"),
+    "p_no_expect_why": ("a TMA load makes no arrival: its bytes only count against what its barrier was told to "
+                        "expect. Before each load, expect(ring.ready[s], nbytes) gives the phase its one arrival and "
+                        "the bytes to wait for (mbarrier.expect in Gluon)",
+                        "TMA 加载本身不算一次到达：它落地的字节只用来抵扣 barrier 被告知要等的字节数。每次加载之前，"
+                        "expect(ring.ready[s], nbytes) 给这个阶段提供唯一的一次到达，并告诉它要等多少字节"
+                        "（Gluon 里的 mbarrier.expect）"),
+    "p_expect_more": ("expects more bytes than the load brings", "expect 的字节数比加载带来的多"),
+    "p_expect_more_why": ("the phase completes only once every expected byte has landed; a load of K and V brings "
+                          "ring.block_bytes, and anything more never comes, so the consumer waits forever",
+                          "只有期望的字节全部落地，这个阶段才会完成；一次 K 和 V 的加载带来 ring.block_bytes 字节，"
+                          "多出来的永远等不到，消费者就一直等下去"),
+    "p_expect_fewer": ("expects fewer bytes than the load brings", "expect 的字节数比加载带来的少"),
+    "p_expect_fewer_why": ("the phase completes as soon as the expected bytes have landed: expecting only K's lets "
+                           "the consumer in while V is still on its way (on the GPU: wrong results, no error). "
+                           "Expect the whole load, ring.block_bytes",
+                           "期望的字节一落地，这个阶段就完成了：只 expect K 的字节，V 还在路上消费者就被放行了"
+                           "（在 GPU 上：结果错了，却不报错）。要 expect 整次加载的字节数 ring.block_bytes"),
     "p_one_slot_why": ("block j lives in slot j % stages: the ring is what lets loads run ahead of the consumer",
                        "块 j 放在槽位 j % stages：正是环形缓冲区让加载能跑在消费者前面"),
     # bug models of the ping-pong consumer
@@ -111,11 +134,13 @@ T = catalogue("exercises.hopper", {
                          "so that it starts, group 1 for (j & 1) so that it waits for group 0's first hand-over",
                          "新的 barrier 会让奇偶性为 1 的等待立即通过：group 0 要等 ((j & 1) ^ 1)，这样它先开始；"
                          "group 1 要等 (j & 1)，这样它会等 group 0 第一次交出轮次"),
-    "c_hand_early": ("the turn is handed over before the products finish", "乘法还没完成就交出了轮次"),
-    "c_hand_early_why": ("in this model products in flight together share the tensor cores: hand the turn over "
-                         "after mma_wait(), when yours are done",
-                         "在这个模型里，同时在跑的乘法会平分 tensor core：等 mma_wait() 之后、"
-                         "你的乘法做完了再交出轮次"),
+    "c_hand_early": ("the turn is handed over before the products are issued", "乘法还没发出就交出了轮次"),
+    "c_hand_early_why": ("the turn orders the issue of the products: once you hand it over the other group issues "
+                         "its own, and they can land in the tensor cores' queue before or between yours. Hand over "
+                         "right after issuing (FlashAttention-3's order) or after mma_wait(), never before the mma",
+                         "轮次管的是乘法发出的顺序：你一交出轮次，另一个 group 就会发出它的乘法，它们可能排进 "
+                         "tensor core 队列里你的乘法前面或中间。要在发出乘法之后立刻交出（FlashAttention-3 的顺序），"
+                         "或者在 mma_wait() 之后交出，绝不能在 mma 之前"),
     "c_hold_softmax": ("the turn is held through the softmax", "做 softmax 时还攥着轮次"),
     "c_hold_softmax_why": ("the whole point is that one group's softmax runs while the other group's products use "
                            "the tensor cores: hand the turn over before the softmax",
@@ -127,9 +152,10 @@ T = catalogue("exercises.hopper", {
                         "group g 在 turns[g] 上等待，交出轮次时要到达另一个 group 的 barrier，即 turns[1 - g]："
                         "到达自己的 barrier 只会让自己接着跑，另一个 group 永远等不到"),
     "c_release_early": ("the slot is released before the products finish", "乘法还没完成就释放了槽位"),
-    "c_release_early_why": ("arrive on ring.empty[s] only after mma_wait(): until then the tensor cores are still "
-                            "reading the slot",
-                            "要在 mma_wait() 之后才到达 ring.empty[s]：在那之前 tensor core 还在读这个槽位"),
+    "c_release_early_why": ("arrive on ring.empty[s] only after mma_wait(): until then the products are still in "
+                            "the tensor cores' queue or running, reading the slot",
+                            "要在 mma_wait() 之后才到达 ring.empty[s]：在那之前这些乘法还在 tensor core 的队列里"
+                            "或者正在执行，还在读这个槽位"),
     "c_no_release": ("the slot is never released", "从来没有释放槽位"),
     "c_no_release_why": ("each consumer arrives once on ring.empty[s] per block it read, or the producer waits forever",
                          "每个消费者每读完一个块，都要在 ring.empty[s] 上到达一次，否则生产者会永远等下去"),
@@ -151,20 +177,24 @@ T = catalogue("exercises.hopper", {
                              "j − stages 块时完成的那个阶段，即 empty[s] 的第 L − 1 阶段。wait 只比较奇偶性，所以它"
                              "等 (L − 1) mod 2，也就是这一圈的奇偶性取反。第 0 圈取反后是 1，新 barrier 会立即放行"
                              "（第 2 节）。"),
-    "ladder_producer_code": ("Two operations per block, each yielded (one that is made but not yielded does nothing): "
-                             "a wait on the slot's empty barrier, its parity from an integer division, a bitwise AND "
-                             "with 1 and an XOR flip; then a tma_load of block j into slot s whose barrier is the one "
-                             "the consumer waits on for that slot, ring.ready[s], not the empty one.",
-                             "每个块两个操作，都要 yield（只创建、不 yield 的操作什么也不做）：先在这个槽位的 empty "
-                             "barrier 上等，奇偶性由一次整除、一次和 1 的按位与、一次异或取反得到；再对块 j、槽位 s "
-                             "发起 tma_load，它到达的 barrier 是消费者等这个槽位时等的 ring.ready[s]，不是 empty。"),
-    "ladder_turns_idea": ("One group's softmax should run while the other group's products hold the tensor cores. So "
-                          "each group holds a turn exactly around its products: it waits for the turn before issuing "
-                          "them and passes the turn to the other group once they are done, and its softmax comes "
-                          "after that hand-over, outside the turn.",
-                          "要让一个 group 的 softmax 在另一个 group 的矩阵乘法占着 Tensor Core 时运行。所以每个 "
-                          "group 只在自己的矩阵乘法前后持有轮次：发出乘法之前等到轮次，乘法做完后把轮次交给另一个 "
-                          "group；它的 softmax 放在交出轮次之后，不占轮次。"),
+    "ladder_producer_code": ("Three operations per block, each yielded (one that is made but not yielded does "
+                             "nothing): a wait on the slot's empty barrier, its parity from an integer division, a "
+                             "bitwise AND with 1 and an XOR flip; an expect on the barrier the consumer waits on for "
+                             "that slot, ring.ready[s], of exactly the bytes the load brings (ring.block_bytes); then "
+                             "a tma_load of block j into slot s that signals that same barrier, not the empty one.",
+                             "每个块三个操作，都要 yield（只创建、不 yield 的操作什么也不做）：先在这个槽位的 empty "
+                             "barrier 上等，奇偶性由一次整除、一次和 1 的按位与、一次异或取反得到；再在消费者等这个"
+                             "槽位时等的 ring.ready[s] 上 expect，字节数正好是这次加载带来的 ring.block_bytes；最后对"
+                             "块 j、槽位 s 发起 tma_load，它通知的也是这个 barrier，不是 empty。"),
+    "ladder_turns_idea": ("The tensor cores run products in the order they were issued. The turn decides that order: "
+                          "a group waits for the turn before issuing its products and passes it to the other group "
+                          "once they are issued, so the two groups' products alternate in the queue and are never "
+                          "interleaved. Its softmax comes after the hand-over, outside the turn, so that it runs "
+                          "while the other group's products are on the tensor cores.",
+                          "Tensor Core 按发出的顺序执行矩阵乘法，而轮次决定的就是这个顺序：一个 group 发出乘法之前先"
+                          "等到轮次，发出之后就把轮次交给另一个 group，这样两个 group 的乘法在队列里交替排列，不会"
+                          "互相穿插。它的 softmax 放在交出轮次之后，不占轮次，于是正好在另一个 group 的乘法占着 "
+                          "Tensor Core 时运行。"),
     "ladder_turns_math": ("turns[g] completes one phase each time the other group hands over to g. Group 0 must pass "
                           "its first wait at once (a fresh barrier passes parity 1); group 1 must wait for group 0's "
                           "first hand-over, phase 0, parity 0. From then on each group's wait at block j is for one "
@@ -175,14 +205,14 @@ T = catalogue("exercises.hopper", {
                           "奇偶性 0。此后每个 group 在第 j 块等的阶段都比第 j − 1 块多一个，所以奇偶性每个块翻转"
                           "一次：就是 j 的奇偶性，group 0 取反，group 1 不取反。"),
     "ladder_turns_code": ("After the ready wait that is already there: wait on your own turn barrier, issue the "
-                          "block's products and wait for them (in this model products in flight together share the "
-                          "tensor cores, so hand over only once yours are done), arrive on the other group's turn "
-                          "barrier (never your own), arrive on the slot's empty barrier, and do the softmax last. "
-                          "Handing over before mma_wait() or after the softmax fails the check.",
-                          "在已经写好的 ready 等待之后：在自己的轮次 barrier 上等，发出这个块的矩阵乘法并等它做完"
-                          "（在这个模型里，同时在途的乘法会平分 Tensor Core，所以要等自己的做完再交出轮次），在另一个 "
-                          "group 的轮次 barrier 上到达（不是自己的），在这个槽位的 empty barrier 上到达，最后做 "
-                          "softmax。在 mma_wait() 之前或 softmax 之后才交出轮次，都过不了检查。"),
+                          "block's products, arrive on the other group's turn barrier (never your own: this is "
+                          "FlashAttention-3's hand-over, right after the issue), then wait for your products, arrive "
+                          "on the slot's empty barrier, and do the softmax last. Handing over before the mma or "
+                          "after the softmax fails the check; after mma_wait() passes too.",
+                          "在已经写好的 ready 等待之后：在自己的轮次 barrier 上等，发出这个块的矩阵乘法，在另一个 "
+                          "group 的轮次 barrier 上到达（不是自己的：这就是 FlashAttention-3 在发出之后立刻交出轮次的"
+                          "做法），然后等自己的乘法做完，在这个槽位的 empty barrier 上到达，最后做 softmax。在 mma "
+                          "之前或 softmax 之后才交出轮次，都过不了检查；在 mma_wait() 之后交出也能通过。"),
 })
 
 CASES = catalogue("exercises.hopper.cases", {
@@ -190,15 +220,15 @@ CASES = catalogue("exercises.hopper.cases", {
     "slow_consumer": ("{stages} slot(s), {n} block(s), fast loads, slow consumer",
                       "{stages} 个槽位，{n} 个块，加载快、消费者慢"),
     "slow_loads": ("{stages} slot(s), {n} block(s), slow loads", "{stages} 个槽位，{n} 个块，加载慢"),
-    "steady": ("2 slots, 16 blocks, steady timings: the overlap", "2 个槽位，16 个块，固定时长：看重叠"),
+    "steady": ("3 slots, 16 blocks, steady timings: the overlap", "3 个槽位，16 个块，固定时长：看重叠"),
 })
 case_name = case_namer(CASES)
 #: the timing presets (grader.pipeline_sim's units) and the jitter of each
 PRESETS = {"random": ({}, 0.6), "slow_consumer": ({"load": 0.1, "mma": 1.0, "softmax": 1.5}, 0.3),
            "slow_loads": ({"load": 3.0}, 0.3)}
 SCHEDULES = 12  # random schedules per case
-#: the tensor-core occupancy the ping-pong must reach on the steady case (the reference reaches 1.0 there, no
-#: turns 0.67)
+#: the tensor-core occupancy the ping-pong must reach on the steady case (the reference reaches 1.0 there, a turn
+#: held through the softmax 0.65)
 BUSY_MIN = 0.9
 
 
@@ -250,8 +280,10 @@ def _producer_mutant(kind: str):
         loads = 0
         for op in list(reference(ring, n_blocks)):
             empty = op.kind == "wait" and any(op.bar is b for b in ring.empty)
-            if kind == "p_no_wait" and empty:
+            if kind in ("p_no_wait", "p_no_expect") and (empty if kind == "p_no_wait" else op.kind == "expect"):
                 continue
+            if kind in ("p_expect_more", "p_expect_fewer") and op.kind == "expect":
+                op = expect(op.bar, 2 * op.n if kind == "p_expect_more" else op.n // 2)
             if kind == "p_first_lap" and empty:
                 op = wait(op.bar, op.phase ^ 1)
             elif kind == "p_parity_per_block" and empty:
@@ -263,6 +295,8 @@ def _producer_mutant(kind: str):
             elif kind == "p_one_slot":
                 if op.kind == "wait":
                     op = wait(ring.empty[0] if empty else ring.ready[0], op.phase)
+                elif op.kind == "expect":
+                    op = expect(ring.ready[0], op.n)
                 elif op.kind == "load":
                     op = tma_load(op.block, 0, ring.ready[0])
             loads += op.kind == "load"
@@ -291,7 +325,7 @@ def _consumer_mutant(kind: str):
         elif kind == "c_no_release":
             ops = [op for op in ops if not release(op)]
         elif kind == "c_hand_early":
-            ops = _moved(ops, hand_over, to_before="mma_wait")
+            ops = _moved(ops, hand_over, to_before="mma")
         elif kind == "c_release_early":
             ops = _moved(ops, release, to_before="mma_wait")
         elif kind == "c_hold_softmax":
@@ -300,9 +334,51 @@ def _consumer_mutant(kind: str):
     return consumer
 
 
-PRODUCER_BUGS = ("p_first_lap", "p_no_wait", "p_parity_per_block", "p_waits_ready", "p_signals_empty", "p_one_slot")
+PRODUCER_BUGS = ("p_first_lap", "p_no_wait", "p_parity_per_block", "p_waits_ready", "p_signals_empty", "p_one_slot",
+                 "p_no_expect", "p_expect_more", "p_expect_fewer")
 CONSUMER_BUGS = ("c_no_turns", "c_both_start", "c_hand_early", "c_hold_softmax", "c_self_turn", "c_release_early",
                  "c_no_release")
+
+
+# ------------------------------------------------------------------------------------------------ turn order
+def out_of_turn(trace: Trace) -> dict | None:
+    """The first product issued out of turn, if any. Consumer g's turn i is the one it holds after its i-th passed
+    wait on a turn barrier (turns[·]), i = -1 before the first; the turns go group 0's turn 0, group 1's turn 0,
+    group 0's turn 1, …, so each product has a place 2i + g in that order. In turn, every product's place is at
+    least that of every product issued before it: one turn's products are not interleaved with another's."""
+    held: dict[str, int] = {}
+    latest = None
+    for e in trace.log:
+        actor, kind, bar = e[0], e[1], e[2]
+        if not actor.startswith("consumer"):
+            continue
+        if kind == "passed" and bar is not None and bar.startswith("turns"):
+            held[actor] = held.get(actor, -1) + 1
+        elif kind == "mma":
+            place = 2 * held.get(actor, -1) + int(actor.split()[-1])
+            if latest is not None and place < latest[0]:
+                return {"t": e[6], "actor": actor, "block": e[5], "other": latest[1], "other_block": latest[2]}
+            if latest is None or place > latest[0]:
+                latest = (place, actor, e[5])
+    return None
+
+
+def _handed_before_issue(trace: Trace) -> bool:
+    """Whether a group handed the turn over (arrived on a turn barrier) before issuing any product in that turn and
+    then issued one before its next turn: the products it then issued were out of the turn it had held."""
+    for g in sorted(trace.reads):
+        issued, early = None, False
+        for e in (e for e in trace.log if e[0] == g):
+            turn = e[2] is not None and e[2].startswith("turns")
+            if turn and e[1] == "passed":
+                issued, early = 0, False
+            elif e[1] == "mma" and issued is not None:
+                if early:
+                    return True
+                issued += 1
+            elif turn and e[1] == "arrive" and issued == 0:
+                early = True
+    return False
 
 
 # ------------------------------------------------------------------------------------------------ exercises
@@ -441,7 +517,14 @@ class KvProducer(_Protocol):
                 if bar.startswith("empty"):
                     return [diagnosis.T("looks_like", name=T("p_signals_empty"), why=T("p_signals_empty_why"))]
                 return [T("s_wrong_bar", block=block, slot=slot, bar=bar)]
-        return []
+        expects = [e for e in trace.log if e[0] == "producer" and e[1] == "expect"]
+        if loads and not expects:
+            kind = "p_no_expect"
+        else:  # the bytes each expect announced against those of the load after it on the same barrier
+            pairs = [(x[10], ld[10]) for x in expects for ld in loads[:1] if ld[2] == x[2]]
+            kind = next(("p_expect_more" if x > got else "p_expect_fewer" for x, got in pairs
+                         if type(x) is int and x != got), None)
+        return [] if kind is None else [diagnosis.T("looks_like", name=T(kind), why=T(f"{kind}_why"))]
 
     def case_builders(self, env):
         specs = [(1, 1, "random"), (1, 4, "slow_consumer"), (2, 2, "random"), (2, 5, "slow_consumer"),
@@ -494,7 +577,7 @@ class PingpongConsumer(_Protocol):
             waits = {e[2] for e in turn if e[0] == g and e[1] == "wait"}
             if any(e[0] == g and e[1] == "arrive" and e[2] in waits for e in turn):
                 return named("c_self_turn")
-        if any(e[1] == "arrive" and e[7] > 0 for e in turn):  # handed over with its own products in flight
+        if _handed_before_issue(trace):
             return named("c_hand_early")
         first = {}
         for e in turn:
@@ -510,20 +593,19 @@ class PingpongConsumer(_Protocol):
         return []
 
     def problem(self, trace):
+        """What is wrong with a run: how it ended, or else the first product issued out of turn (the turn order is
+        what the check grades: group 0, group 1, group 0, …, one turn's products together in the queue)."""
         if not trace.ok:
             return trace.describe()
-        hit = trace.products_overlap()
+        hit = out_of_turn(trace)
         if hit is not None:
-            return T("overlap", t=hit[0], a=actor_label(hit[1]), b=actor_label(hit[2]))
+            return T("out_of_turn", **{**hit, "actor": actor_label(hit["actor"]), "other": actor_label(hit["other"])})
         return None
 
     def failure_key(self, trace):
-        """An overlap is told by how often it happens: at the start only, or all along."""
-        if not trace.ok or trace.products_overlap() is None:
-            return trace.signature()
-        spans = [(iv.start, iv.end, iv.actor) for iv in trace.intervals if iv.kind == "mma"]
-        shared = sum(any(b != a and s2 < e - 1e-9 and s < e2 - 1e-9 for s2, e2, b in spans) for s, e, a in spans)
-        return ("overlap", "all along" if shared > len(spans) // 2 else "at times")  # not shown
+        """Out of turn is told by who issued out of turn, and on which block."""
+        hit = None if not trace.ok else out_of_turn(trace)
+        return trace.signature() if hit is None else ("out_of_turn", hit["actor"], hit["block"])  # not shown
 
     def judge_overlap(self, out, case, res):
         if not case.steady:
@@ -541,7 +623,7 @@ class PingpongConsumer(_Protocol):
                 return False
         for kind in self.bugs:
             other = self.run_one(self.mutant(kind), case, 0)
-            if other.ok and other.products_overlap() is None and abs(other.tensor_core_busy() - busy) < 0.02:
+            if other.ok and out_of_turn(other) is None and abs(other.tensor_core_busy() - busy) < 0.02:
                 res.hints.append(diagnosis.T("looks_like", name=T(kind), why=T(f"{kind}_why")))
         return False
 
@@ -550,7 +632,7 @@ class PingpongConsumer(_Protocol):
                  (2, 9, "slow_loads"), (4, 5, "random")]
         builders = [lambda gen, s=s: self.call_case(case_name(s[2], stages=s[0], n=s[1]), *s, gen)
                     for s in specs]
-        builders.append(lambda gen: self.call_case(case_name("steady"), 2, 16, "random", gen, steady=True))
+        builders.append(lambda gen: self.call_case(case_name("steady"), 3, 16, "random", gen, steady=True))
         return builders
 
 

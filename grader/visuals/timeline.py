@@ -13,11 +13,13 @@ T = catalogue("visuals", {  # the namespace of every visualiser: message ids vis
     "tl_softmax": ("softmax on the CUDA cores", "CUDA core 上的 softmax"),
     "tl_blocked": ("waiting", "等待"),
     "tl_tensor_cores": ("tensor cores", "tensor core 单元"),
-    "tl_shared": ("two groups' products sharing the tensor cores", "两个 group 的乘法分享 tensor core"),
+    "tl_queued": ("products issued, queued behind others", "已发出、在队列里排在别的乘法后面"),
     "tl_outcome_deadlock": ("deadlock", "死锁"),
     "tl_outcome_race": ("data race", "数据竞争"),
     "tl_outcome_overwrite_pending": ("data race", "数据竞争"),
     "tl_outcome_stale": ("stale read", "读到过期数据"),
+    "tl_outcome_unfenced": ("init not fenced", "init 之后没有 fence"),
+    "tl_outcome_uninit": ("barrier not initialised", "barrier 没有初始化"),
     "tl_outcome_wrong_loads": ("wrong blocks loaded", "加载的块不对"),
     "tl_outcome_wrong_reads": ("wrong blocks read", "读的块不对"),
     "tl_outcome_too_long": ("endless", "停不下来"),
@@ -31,14 +33,15 @@ T = catalogue("visuals", {  # the namespace of every visualiser: message ids vis
 
 
 # ============================================================================================ pipeline timeline
-_TL_COLOURS = {"load": "#55a868", "mma": "#4c72b0", "softmax": "#dd8452", "blocked": "#dddddd"}
+_TL_COLOURS = {"load": "#55a868", "mma": "#4c72b0", "softmax": "#dd8452", "blocked": "#dddddd", "queued": "#a6bddb"}
+_THIN = ("blocked", "queued")  # drawn thin and underneath: a partition waiting, its products waiting in the queue
 
 
 def _timeline_lanes(intervals) -> tuple[dict[int, int], dict[str, int]]:
     """Sub-rows for intervals of one partition that overlap (loads in flight together): lane of each interval (by
     id) and the number of lanes per partition. Waits are not laned."""
     lane, lanes, ends = {}, {}, {}
-    for iv in sorted((iv for iv in intervals if iv.kind != "blocked"), key=lambda iv: iv.start):
+    for iv in sorted((iv for iv in intervals if iv.kind not in _THIN), key=lambda iv: iv.start):
         free = ends.setdefault(iv.actor, [])
         i = next((k for k, e in enumerate(free) if e <= iv.start + 1e-9), len(free))
         if i == len(free):
@@ -52,7 +55,8 @@ def _timeline_lanes(intervals) -> tuple[dict[int, int], dict[str, int]]:
 
 def pipeline_timeline(*runs, titles: list[str] | None = None):
     """The timelines of grader.pipeline_sim runs, one panel each, stacked on one time axis: a row per partition
-    (its TMA loads, products, softmax and waits) and a row for the tensor cores (how many products share them).
+    (its TMA loads, products, softmax, waits, and its products waiting in the tensor cores' queue) and a row for
+    the tensor cores (which group's product runs).
 
     Each run is a pipeline_sim.Trace. Returns a matplotlib Figure (static: the run is already decided)."""
     from ..pipeline_sim import actor_label
@@ -73,23 +77,20 @@ def pipeline_timeline(*runs, titles: list[str] | None = None):
             y = {a: len(labels) - 1 - i for i, a in enumerate(rows)}
             lane, lanes = _timeline_lanes(tr.intervals)
             for iv in tr.intervals:  # waits thin and underneath; the work on top, labelled with its block
-                thin = iv.kind == "blocked"
+                thin = iv.kind in _THIN
                 n = lanes.get(iv.actor, 1)  # loads in flight together are stacked within the row
                 h = 0.24 if thin else 0.7 / n
                 y0 = y[iv.actor] - (0.12 if thin else 0.35 - lane.get(id(iv), 0) * h)
                 ax.broken_barh([(iv.start, iv.end - iv.start)], (y0, h), facecolors=_TL_COLOURS[iv.kind],
                                edgecolor="white", linewidth=0.5, zorder=1 if thin else 2)
-                if iv.block is not None and iv.end - iv.start > t_max / 80:
+                if iv.block is not None and not thin and iv.end - iv.start > t_max / 80:
                     ax.text((iv.start + iv.end) / 2, y0 + h / 2, str(iv.block), ha="center", va="center",
                             fontsize=7 if n == 1 else 6, color="white", zorder=3)
-            # the tensor-core row: how many products are on the tensor cores at each moment
-            edges = sorted({iv.start for iv in tr.intervals if iv.kind == "mma"} |
-                           {iv.end for iv in tr.intervals if iv.kind == "mma"})
-            for a, b in zip(edges, edges[1:]):
-                n = sum(iv.start <= a and iv.end >= b for iv in tr.intervals if iv.kind == "mma")
-                if n:
-                    ax.broken_barh([(a, b - a)], (-0.35, 0.7 * min(n, 2) / 2), facecolors=_TL_COLOURS["mma"],
-                                   alpha=1.0 if n == 1 else 0.45)
+            # the tensor-core row: the products one after another, in the order they were issued; the second
+            # consumer group's lighter
+            for iv in (iv for iv in tr.intervals if iv.kind == "mma"):
+                ax.broken_barh([(iv.start, iv.end - iv.start)], (-0.35, 0.7), facecolors=_TL_COLOURS["mma"],
+                               edgecolor="white", linewidth=0.5, alpha=0.55 if iv.actor.endswith("1") else 1.0)
             ax.set_yticks(range(len(labels)), labels[::-1])
             ax.set_ylim(-0.6, len(labels) - 0.4)
             ax.set_xlim(0, t_max * 1.01)
@@ -101,7 +102,7 @@ def pipeline_timeline(*runs, titles: list[str] | None = None):
             ax.grid(axis="x", alpha=0.3)
         axes[-1].set_xlabel(pt(T, "tl_time"))
         from matplotlib.patches import Patch
-        handles = [Patch(color=_TL_COLOURS[k], label=pt(T, f"tl_{k}")) for k in ("load", "mma", "softmax", "blocked")]
-        handles.append(Patch(color=_TL_COLOURS["mma"], alpha=0.45, label=pt(T, "tl_shared")))
+        handles = [Patch(color=_TL_COLOURS[k], label=pt(T, f"tl_{k}"))
+                   for k in ("load", "mma", "softmax", "blocked", "queued")]
         fig.legend(handles=handles, loc="outside lower center", ncol=5, fontsize=8, frameon=False)  # not shown
     return _static(fig)
