@@ -182,18 +182,22 @@ def _lengths(t) -> list[int]:
     return [int(x) for x in (t.tolist() if isinstance(t, torch.Tensor) else t)]
 
 
-def decode_attention(q, k_cache, v_cache, cache_seqlens, sm_scale=None) -> torch.Tensor:
+def decode_attention(q, k_cache, v_cache, cache_seqlens, sm_scale=None, causal: bool = True) -> torch.Tensor:
     """Attention of the N_q new queries of each sequence against its KV cache, in fp64: (B, H, N_q, D).
 
     Sequence b's cache holds cache_seqlens[b] valid keys (the new queries' own included: they are its last N_q
     positions), so it is the naive attention of q[b] against k_cache[b, :, :L], causal bottom-right (query i sees
-    keys j <= L - N_q + i); rows that see no key (L < N_q) are 0. Nothing past L is read.
+    keys j <= L - N_q + i); rows that see no key (L < N_q) are 0. causal=False: every query sees all L keys (a
+    sequence without keys gives 0). Nothing past L is read.
     """
     (q,) = _f64(q)
     out = torch.zeros_like(q)
     for b, n in enumerate(_lengths(cache_seqlens)):
         k, v = _f64(k_cache[b, :, :n], v_cache[b, :, :n])
-        out[b] = attention(q[b], k, v, sm_scale, causal=True, align="bottom_right")
+        if causal:
+            out[b] = attention(q[b], k, v, sm_scale, causal=True, align="bottom_right")
+        elif n:
+            out[b] = attention(q[b], k, v, sm_scale)
     return out
 
 
@@ -215,3 +219,49 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, sm_scale
         o = attention(qb, kb, vb, sm_scale, causal=causal, align="bottom_right")
         out[cq[b]:cq[b + 1]] = o.transpose(0, 1)
     return out
+
+
+# ------------------------------------------------------------------------------ notebook 12: attention variants
+def index_grids(B: int, H: int, n_q: int, n_k: int) -> tuple[torch.Tensor, ...]:
+    """b, h, q_idx, kv_idx as int64 tensors broadcasting to (B, H, n_q, n_k): the indices a modifier is given."""
+    return (torch.arange(B).view(B, 1, 1, 1), torch.arange(H).view(1, H, 1, 1),
+            torch.arange(n_q).view(1, 1, n_q, 1), torch.arange(n_k).view(1, 1, 1, n_k))
+
+
+def modified_attention(q, k, v, sm_scale=None, score=None, mask=None, sinks=None):
+    """FlexAttention's forward in fp64: softmax over keys of score(s, b, h, q_idx, kv_idx) with s = scale · q kᵀ,
+    hidden keys (mask False, broadcasting to (B, H, N_q, N_k)) at −∞, and per head an optional sink logit that
+    joins every row's denominator without a value. Returns (out (B, H, N_q, D), lse (B, H, N_q), natural log);
+    a row that sees no key and has no sink gives 0 and lse −∞. GQA: K/V heads repeated to the query heads.
+    """
+    q, k, v = (t.cpu() for t in _f64(q, k, v))  # on the CPU: the modifiers' fp64 versions index CPU grids
+    B, H, n_q, d = q.shape
+    if k.shape[1] != H:
+        k, v = (t.repeat_interleave(H // k.shape[1], dim=1) for t in (k, v))
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    s = (q @ k.transpose(-1, -2)) * scale
+    if score is not None:
+        s = score(s, *index_grids(B, H, n_q, k.shape[2])).to(torch.float64).expand_as(s)
+    if mask is not None:
+        s = s.masked_fill(~mask.cpu().expand_as(s), float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, _f64(sinks)[0].cpu().view(1, H, 1, 1).expand(B, H, n_q, 1)], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.where(torch.isfinite(lse), 0.0)[..., None])
+    if sinks is not None:
+        p = p[..., :-1]
+    return p @ v, lse
+
+
+def block_classes(mask: torch.Tensor, block_m: int, block_n: int) -> torch.Tensor:
+    """(…, ⌈N_q/block_m⌉, ⌈N_k/block_n⌉) int8 of a (…, N_q, N_k) bool mask: 0 for a tile none of whose (query,
+    key) pairs is visible, 2 for one all of whose pairs are (keys past N_k count as hidden, query rows past N_q do
+    not count), 1 for the others. FlexAttention's empty, full and partial blocks."""
+    n_q, n_k = mask.shape[-2:]
+    pq, pk = -n_q % block_m, -n_k % block_n
+    vis = torch.nn.functional.pad(mask.to(torch.int8), (0, pk, 0, 0), value=0)
+    vis = torch.cat([vis, vis[..., -1:, :].expand(*vis.shape[:-2], pq, vis.shape[-1])], dim=-2) if pq else vis
+    tiles = vis.unflatten(-2, (-1, block_m)).unflatten(-1, (-1, block_n))  # (…, NQB, bm, NKB, bn)
+    any_ = tiles.amax(dim=(-3, -1))
+    all_ = tiles.amin(dim=(-3, -1))
+    return torch.where(any_ == 0, 0, torch.where(all_ == 1, 2, 1)).to(torch.int8)

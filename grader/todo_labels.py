@@ -72,6 +72,15 @@ catalogue(NAMESPACE, {
     # 11
     "TODO: the producer": ("TODO: the producer", "TODO：生产者"),
     "TODO: the turn protocol": ("TODO: the turn protocol", "TODO：轮次协议"),
+    # 12: the Chinese notebook keeps these tags in English
+    "TODO: classify": ("TODO: classify", "TODO classify（给 tile 分类）"),
+    "TODO: modifiers": ("TODO: modifiers", "TODO modifiers（修饰函数）"),
+    "TODO: walk": ("TODO: walk", "TODO walk（遍历块掩码）"),
+    "TODO: sink": ("TODO: sink", "TODO sink（并入 sink）"),
+    "TODO: softcap": ("TODO: softcap", "TODO：软截断（softcap）"),
+    "TODO: alibi": ("TODO: alibi", "TODO：ALiBi 偏置（alibi）"),
+    "TODO: sliding_window": ("TODO: sliding_window", "TODO：滑动窗口（sliding_window）"),
+    "TODO: document_mask": ("TODO: document_mask", "TODO：文档掩码（document_mask）"),
 })
 
 

@@ -29,3 +29,9 @@ case "${1:-}" in
           flash_attention_forward flash_attention_backward flash_attention_backward_atomic flash_attention_autograd \
           flash_decode flash_decode_paged 2>&1 | tee "$OUT/refs.log" | grep -v Warning | tail -40 ;;
 esac
+# notebook 12: the references graded on the GPU, then the forward per variant beside torch's FlexAttention, SDPA, 08
+case "${1:-}" in
+  flex) timeout 560 python results/h200/flex_2026-12-04.py ${2:---check --bench} --out "$OUT/flex" \
+          --dtypes "${3:-float16}" --dims "${4:-128}" --ns "${5:-4096,16384}" 2>&1 | tee "$OUT/flex.log" \
+          | grep -v Warning | tail -60 ;;
+esac
