@@ -147,9 +147,9 @@ def test_cases_are_guarded_and_typed():
 
 def test_every_claim_keeps_a_case_on_the_interpreter():
     want = {"flash_decode": {"gqa", "packing", "bottom-right", "empty-rows", "ragged", "pad-d", "splits", "strided",
-                             "large", "scale", "dtype:float32"},
+                             "large", "scale", "dtype:float32", "append", "no-causal", "batch-idx"},
             "flash_decode_paged": {"paged", "shared", "garbage-table", "gqa", "packing", "empty-rows", "splits",
-                                   "strided", "pad-d"},
+                                   "strided", "pad-d", "append", "no-causal"},
             "flash_attention_varlen": {"causal", "bottom-right", "offsets", "empty-rows", "gqa", "strided", "pad-d",
                                        "large", "scale"}}
     for ex_id, tags in want.items():
@@ -161,6 +161,10 @@ def test_every_claim_keeps_a_case_on_the_interpreter():
 
 
 # ---- bug models: each is far from the answer on some case, so that it can be named -------------------------------
+APPEND_BUGS = ["attention without the new keys", "the new keys not written into the cache",
+               "append one slot early, at cache_seqlens[b] − 1",
+               "append at the length after it, cache_seqlens[b] + N_new",
+               "causal=False was ignored: the causal mask applied"]
 BUG_NAMES = {
     "flash_decode": ["off by one in cache_seqlens (one key too few)", "off by one in cache_seqlens (one key too many)",
                      "top-left where bottom-right was asked for", "causal mask missing among the new queries",
@@ -172,10 +176,12 @@ BUG_NAMES = {
                      "GQA packing that mixes heads", "wrong K/V head for GQA", "scale missing",
                      "sm_scale ignored", "strides ignored",
                      "wrong merge weights: lse_s of a split not in base 2",
-                     "split output not normalised by its own sum"],
+                     "split output not normalised by its own sum", *APPEND_BUGS,
+                     "cache_batch_idx ignored: sequence b used cache row b"],
     "flash_decode_paged": ["block table ignored", "top-left where bottom-right was asked for",
                            "wrong merge weights: an equal average of the splits",
-                           "splits that drop the last partial page", "GQA packing that mixes heads", "strides ignored"],
+                           "splits that drop the last partial page", "GQA packing that mixes heads", "strides ignored",
+                           *(b for b in APPEND_BUGS if "after it" not in b)],  # named from the pool (test_append)
     "flash_attention_varlen": ["K offsets taken from cu_seqlens_q", "top-left per sequence",
                                "attention across sequence boundaries", "causal mask ignored", "causal mask applied",
                                "wrong K/V head for GQA", "scale missing", "sm_scale ignored", "strides ignored"],
@@ -279,7 +285,8 @@ def few_cases(monkeypatch):
         names = {inference.case_name(k[0], n=k[1]) if isinstance(k, tuple) else inference.case_name(k) for k in keys}
         monkeypatch.setattr(inference, fn_name, lambda env, full=full, names=names: [s for s in full(env)
                                                                                        if s[0] in names])
-    for fn_name in ("decode_bad_argument_builders", "paged_bad_argument_builders", "varlen_bad_argument_builders"):
+    for fn_name in ("decode_bad_argument_builders", "paged_bad_argument_builders", "varlen_bad_argument_builders",
+                    "decode_append_bad_builders", "paged_append_bad_builders"):
         monkeypatch.setattr(inference, fn_name, lambda env: [])
 
 
@@ -291,16 +298,14 @@ SPLIT_BODY = [  # (old, new, named)
     (LSE, f"({LSE}) * 0.6931471805599453", "looks like: wrong merge weights: lse_s of a split not in base 2"),
     ("    out = acc / l_safe[:, None]\n", "    out = acc\n", "looks like: split output not normalised by its own sum"),
 ]
+SEQLEN = "    seqlen = tl.load(SeqLens + b) + n_new"  # the keys a split kernel attends
+LAST_KEY = "tl.where(IS_CAUSAL, seqlen - N_Q + qi, seqlen - 1)"  # each row's last visible key
 MERGE = '''    w = tl.math.exp2(lse - tl.where(m == float("-inf"), 0.0, m)[:, None])'''  # the combine's weights
 MUTANTS = [
-    ("flash_decode", "    seqlen = tl.load(SeqLens + b)\n", "    seqlen = tl.load(SeqLens + b) - 1\n",
-     "looks like: off by one in cache_seqlens (one key too few)"),
-    ("flash_decode", "    seqlen = tl.load(SeqLens + b)\n", "    seqlen = tl.load(SeqLens + b) + 1\n",
-     "looks like: off by one in cache_seqlens (one key too many)"),
-    ("flash_decode", "    last_key = seqlen - N_Q + qi", "    last_key = qi",
-     "looks like: top-left where bottom-right was asked for"),
-    ("flash_decode", "    last_key = seqlen - N_Q + qi", "    last_key = seqlen - 1 + qi * 0",
-     "looks like: causal mask missing among the new queries"),
+    ("flash_decode", SEQLEN, SEQLEN + " - 1", "looks like: off by one in cache_seqlens (one key too few)"),
+    ("flash_decode", SEQLEN, SEQLEN + " + 1", "looks like: off by one in cache_seqlens (one key too many)"),
+    ("flash_decode", LAST_KEY, "qi", "looks like: top-left where bottom-right was asked for"),
+    ("flash_decode", LAST_KEY, "seqlen - 1 + qi * 0", "looks like: causal mask missing among the new queries"),
     ("flash_decode", LSE, LSE.replace("m_i + ", ""),
      "looks like: wrong merge weights: l_s alone"),
     ("flash_decode", LSE, "m_i + l_safe",
@@ -322,8 +327,8 @@ MUTANTS = [
      "looks like: GQA packing that mixes heads"),
     ("flash_decode", "table.stride(0), *out.stride(), h_kv, n_q, D, sm_scale * LOG2E",
      "table.stride(0), *out.stride(), h_kv, n_q, D, LOG2E", "looks like: scale missing"),
-    ("flash_decode", "*q.stride(), *k.stride(), *v.stride(),\n        table",
-     "*q.contiguous().stride(), *k.contiguous().stride(), *v.contiguous().stride(),\n        table",
+    ("flash_decode", "*q.stride(), *k.stride(),\n        *v.stride(), table",
+     "*q.contiguous().stride(), *k.contiguous().stride(),\n        *v.contiguous().stride(), table",
      "looks like: strides ignored"),
     ("flash_decode", "    out = acc / l_safe[:, None]\n", "    out = acc / l_i[:, None]\n", NO_KEY_NAN),
     ("flash_decode_paged", "page = tl.load(BlockTable + b * stride_tb + n0 // PAGE_SIZE).to(tl.int64)",
@@ -389,6 +394,7 @@ def test_a_natural_log_lse_fails_the_case_of_uneven_splits(monkeypatch):
     name = inference.case_name("uneven_splits")
     monkeypatch.setattr(inference, "decode_specs", lambda env: [s for s in full(env) if s[0] == name])
     monkeypatch.setattr(inference, "decode_bad_argument_builders", lambda env: [])
+    monkeypatch.setattr(inference, "decode_append_bad_builders", lambda env: [])
     spec = dict(full(ENV))[name]
     block = 32 if ENV.interpreter else 128  # the reference's key blocks: whole blocks per split
     split_len = math.ceil(math.ceil(spec["N_max"] / spec["num_splits"]) / block) * block
@@ -431,6 +437,7 @@ def test_a_named_bug_is_the_only_name(few_cases):
 def test_a_function_that_caches_by_shape_fails_the_repeated_case(monkeypatch):
     monkeypatch.setattr(inference, "decode_specs", lambda env, full=inference.decode_specs: full(env)[:1])
     monkeypatch.setattr(inference, "decode_bad_argument_builders", lambda env: [])
+    monkeypatch.setattr(inference, "decode_append_bad_builders", lambda env: [])
     ref, cache = solution("flash_decode"), {}
 
     def cached(q, k, v, seqlens, **kwargs):

@@ -22,6 +22,7 @@ from ...messages import catalogue
 from .. import attention
 from ..attention import overflow_hint, pick
 from ..base import BugModel, CaseBuilder, Exercise, draw_choice, draw_int, on
+from .append import AppendRun, decode_append_bad_builders, judge_caches, paged_append_bad_builders, restore_and_call
 from .bugs import _DecodeSim, _VarlenSim, decode_bugs, varlen_bugs  # noqa: F401 - tests use the simulations
 from .cases import (  # noqa: F401 - importable here as before the split (tests patch the case lists here)
     BLOCKS,
@@ -173,6 +174,21 @@ T = catalogue("exercises.inference", {
                              "只有非法参数用例未通过：在启动任何 kernel 之前抛出 ValueError，写明是哪个参数、期望的"
                              "是什么——block_table 和 cache_seqlens 必须是 int32，在用的页号在 [0, num_pages) 内，"
                              "page_size 是 16 到 256 之间的 2 的幂，N_q ≤ 16"),
+    "hint_append": ("only the cases with k_new fail: the new keys and values go, in place, to positions "
+                    "cache_seqlens[b] … cache_seqlens[b] + N_new − 1 (the lengths before the append), before the "
+                    "attention, which then sees cache_seqlens[b] + N_new keys per sequence",
+                    "只有带 k_new 的用例未通过：新的 key 和 value 要在做注意力之前原地写到位置 cache_seqlens[b] … "
+                    "cache_seqlens[b] + N_new − 1（cache_seqlens 是追加之前的长度），之后每个序列的注意力看到的是 "
+                    "cache_seqlens[b] + N_new 个 key"),
+    "hint_no_causal": ("only the causal=False cases fail: with IS_CAUSAL False every row sees every key of its "
+                       "sequence, whatever its query index",
+                       "只有 causal=False 的用例未通过：IS_CAUSAL 为 False 时，每一行都能看到所在序列的全部 key，"
+                       "与它是第几个 query 无关"),
+    "hint_batch_idx": ("only the cases with cache_batch_idx fail: sequence b's keys are in cache row "
+                       "kb = cache_batch_idx[b]; give `_key_rows` kb, not b (q, the lengths and the output stay "
+                       "indexed by b)",
+                       "只有带 cache_batch_idx 的用例未通过：序列 b 的 key 在缓存的第 kb = cache_batch_idx[b] 行；"
+                       "传给 `_key_rows` 的是 kb，不是 b（q、长度和输出仍然按 b 索引）"),
     "hint_arguments_varlen": ("only the bad-argument cases fail: before launching anything, raise ValueError naming "
                               "the argument and what was expected — cu_seqlens int32, starting at 0, never "
                               "decreasing, of B + 1 entries each; max_seqlen at least the longest sequence; q, k, v "
@@ -202,9 +218,12 @@ def _hints(**own) -> dict:
 DECODE_HINTS = _hints(bottom_right=T.later("hint_bottom_right"), empty_rows=T.later("hint_empty_rows"),
                       packing=T.later("hint_packing"), splits=T.later("hint_splits"), ragged=T.later("hint_ragged"),
                       heads_apart=T.later("hint_heads_apart"),
-                      strided=T.later("hint_strided"), arguments=T.later("hint_arguments"))
-PAGED_HINTS = DECODE_HINTS | {"paged": T.later("hint_paged"), "garbage-table": T.later("hint_garbage_table"),
-                              "arguments": T.later("hint_arguments_paged")}
+                      strided=T.later("hint_strided"), arguments=T.later("hint_arguments"),
+                      append=T.later("hint_append"), no_causal=T.later("hint_no_causal"),
+                      batch_idx=T.later("hint_batch_idx"))
+PAGED_HINTS = {tag: text for tag, text in DECODE_HINTS.items() if tag != "batch-idx"} | {  # paged refuses it
+    "paged": T.later("hint_paged"), "garbage-table": T.later("hint_garbage_table"),
+    "arguments": T.later("hint_arguments_paged")}
 VARLEN_HINTS = _hints(causal=T.later("hint_varlen_causal"), bottom_right=T.later("hint_varlen_bottom_right"),
                       offsets=T.later("hint_offsets"), empty_rows=T.later("hint_empty_rows_varlen"),
                       ragged=T.later("hint_ragged_varlen"), strided=T.later("hint_strided_varlen"),
@@ -228,6 +247,19 @@ class ServingExercise(Exercise):
     def case_builders(self, env):
         return [_builder(self.make, env, name, **spec) for name, spec in self.specs(env)] + \
             self.bad_argument_builders(env)
+
+    def invoke(self, fn, args, kwargs, extra):
+        """A case with an append: the caches put back as drawn first, and returned with the output."""
+        return restore_and_call(fn, args, kwargs, extra) if "k_before" in extra else fn(*args, **kwargs)
+
+    def judge(self, out, case: ServingCase, res, device: str) -> bool:
+        if not isinstance(out, AppendRun):
+            return super().judge(out, case, res, device)
+        right = super().judge(out.out, case, res, device)
+        hints = list(res.hints)
+        right = judge_caches(out.caches, case, res) and right
+        res.hints = hints + [h for h in res.hints[len(hints):] if h not in hints]  # named once
+        return right
 
     def bugs(self, case: ServingCase) -> list[BugModel]:
         """Every bug model of this case."""
@@ -314,7 +346,7 @@ class FlashDecode(ServingExercise):
         return decode_specs(env)
 
     def bad_argument_builders(self, env):
-        return decode_bad_argument_builders(env)
+        return decode_bad_argument_builders(env) + decode_append_bad_builders(env)
 
     def hidden_case_builders(self, env):
         def build(gen):
@@ -325,7 +357,15 @@ class FlashDecode(ServingExercise):
                                H=h_kv * draw_choice(gen, (1, 2, 4)), H_kv=h_kv, Nq=n_q, N_max=n_max,
                                D=draw_choice(gen, (32, 64, 80, 128)),
                                num_splits=draw_choice(gen, (None, None, 1, 2, 5, 16)))
-        return [build]
+
+        def build_append(gen):
+            h_kv, n_new = draw_int(gen, 1, 2), draw_choice(gen, (1, 1, 2, 4, 16))
+            return decode_case(env, gen, case_name("random_append"), B=draw_int(gen, 1, 4),
+                               H=h_kv * draw_choice(gen, (1, 2)), H_kv=h_kv, Nq=draw_choice(gen, (1, 2, 4)),
+                               N_max=draw_int(gen, n_new, on(env, 4096, 300)), D=draw_choice(gen, (32, 64, 128)),
+                               n_new=n_new, causal=bool(draw_int(gen, 0, 1)),
+                               spare_rows=draw_choice(gen, (None, 0, 3)), num_splits=draw_choice(gen, (None, 1, 3)))
+        return [build, build_append]
 
 
 class FlashDecodePaged(ServingExercise):
@@ -337,7 +377,7 @@ class FlashDecodePaged(ServingExercise):
         return paged_specs(env)
 
     def bad_argument_builders(self, env):
-        return paged_bad_argument_builders(env)
+        return paged_bad_argument_builders(env) + paged_append_bad_builders(env)
 
     def hidden_case_builders(self, env):
         def build(gen):
@@ -349,7 +389,15 @@ class FlashDecodePaged(ServingExercise):
                               page_size=page, pages_per_seq=pps, D=draw_choice(gen, (32, 64, 80, 128)),
                               shared_pages=0, unused=draw_choice(gen, ("zero", "minus_one")),
                               num_splits=draw_choice(gen, (None, None, 1, 3, 8)))
-        return [build]
+
+        def build_append(gen):
+            page, n_new = draw_choice(gen, (16, 32)), draw_choice(gen, (1, 1, 3, 17))
+            pps = draw_int(gen, max(1, -(-n_new // page)), max(2, on(env, 4096, 200) // page))
+            return paged_case(env, gen, case_name("random_append"), B=draw_int(gen, 1, 4), H=2, H_kv=1,
+                              Nq=draw_choice(gen, (1, 2, 4)), page_size=page, pages_per_seq=pps,
+                              D=draw_choice(gen, (32, 64)), n_new=n_new, causal=bool(draw_int(gen, 0, 1)),
+                              unused=draw_choice(gen, ("zero", "minus_one")))
+        return [build, build_append]
 
 
 class FlashAttentionVarlen(ServingExercise):
@@ -380,11 +428,11 @@ class FlashAttentionVarlen(ServingExercise):
 
 EXERCISES = [
     FlashDecode("flash_decode", T.later("title_decode"), "10_inference", "flash_decode",
-                "flash_decode(q, k_cache, v_cache, cache_seqlens, *, sm_scale=None, num_splits=None, "
-                "check_values=True) -> o"),
+                "flash_decode(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None, cache_batch_idx=None, "
+                "causal=True, sm_scale=None, num_splits=None, check_values=True) -> o"),
     FlashDecodePaged("flash_decode_paged", T.later("title_paged"), "10_inference", "flash_decode_paged",
-                     "flash_decode_paged(q, k_pages, v_pages, block_table, cache_seqlens, *, sm_scale=None, "
-                     "num_splits=None, check_values=True) -> o"),
+                     "flash_decode_paged(q, k_pages, v_pages, block_table, cache_seqlens, *, k_new=None, v_new=None, "
+                     "causal=True, sm_scale=None, num_splits=None, check_values=True) -> o"),
     FlashAttentionVarlen("flash_attention_varlen", T.later("title_varlen"), "10_inference", "flash_attention_varlen",
                          "flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, "
                          "causal=False, sm_scale=None, check_values=True) -> o"),

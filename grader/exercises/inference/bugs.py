@@ -11,6 +11,7 @@ from ... import oracle
 from ...messages import catalogue
 from .. import attention
 from ..base import BugModel
+from . import append
 from .cases import BLOCKS, ServingCase, _offsets
 
 T = catalogue("exercises.inference", {  # the chapter's namespace, shared with __init__: ids exercises.inference.<key>
@@ -127,6 +128,27 @@ T = catalogue("exercises.inference", {  # the chapter's namespace, shared with _
                                 "of a sequence with n_q queries and n_k keys sees keys j ≤ i + n_k − n_q",
                                 "causal=True 在每个序列内部都按右下对齐，和 FlashAttention-2 一样：一个有 n_q 个 "
                                 "query、n_k 个 key 的序列，第 i 个 query 能看到 j ≤ i + n_k − n_q 的 key"),
+    "bug_append_unseen": ("attention without the new keys", "注意力没有用上新追加的 key"),
+    "bug_append_unseen_why": ("with k_new a sequence has L = cache_seqlens[b] + N_new keys, the appended ones last: "
+                              "the kernel attends all of them (its seqlen counts n_new), else every query misses "
+                              "its own key",
+                              "给了 k_new 时，一个序列有 L = cache_seqlens[b] + N_new 个 key，追加的那些排在最后："
+                              "kernel 要对它们全部做注意力（它的 seqlen 要把 n_new 算进去），否则每个 query 都漏掉了"
+                              "自己的 key"),
+    "bug_append_missing": ("the new keys not written into the cache", "新的 key 没有写进缓存"),
+    "bug_append_missing_why": ("k_new and v_new go into the cache, in place, at positions cache_seqlens[b] … "
+                               "cache_seqlens[b] + N_new − 1 before the kernel reads it: here those slots still held "
+                               "their stale values when it did",
+                               "k_new 和 v_new 要在 kernel 读缓存之前，原地写到位置 cache_seqlens[b] … "
+                               "cache_seqlens[b] + N_new − 1：这里 kernel 读的时候，这些槽位里还是旧数据"),
+    "bug_causal_ignored": ("causal=False was ignored: the causal mask applied",
+                           "causal=False 被忽略了：仍然加了因果掩码"),
+    "bug_causal_ignored_why": ("with causal=False every query sees all L keys of its sequence (multi-query decoding "
+                               "without the mask): with IS_CAUSAL False no row's last key is L − N_q + i, it is "
+                               "L − 1 for every row",
+                               "causal=False 时，每个 query 都能看到所在序列的全部 L 个 key（不带掩码的多 query "
+                               "解码）：IS_CAUSAL 为 False 时，每一行能看到的最后一个 key 都是 L − 1，而不是 "
+                               "L − N_q + i"),
     "bug_across": ("attention across sequence boundaries", "注意力越过了序列边界"),
     "bug_across_why": ("the packed batch was treated as one long sequence: a query may only see the keys of its own "
                        "sequence (the block-diagonal mask that cu_seqlens defines)",
@@ -179,8 +201,10 @@ class _DecodeSim:
         self.j = torch.arange(self.n)[None, None, :]
         self._states: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
-    def keep(self, length=None, align=None, *, top_left=False, causal=True) -> torch.Tensor:
-        """(B, N_q, N): keys below `length`, and (causal) j ≤ align − N_q + i (bottom-right) or j ≤ i."""
+    def keep(self, length=None, align=None, *, top_left=False, causal=None) -> torch.Tensor:
+        """(B, N_q, N): keys below `length`, and (causal: the case's unless given) j ≤ align − N_q + i
+        (bottom-right) or j ≤ i."""
+        causal = self.case.causal if causal is None else causal
         length = self.L if length is None else length
         align = length if align is None else align
         keep = self.j < length[:, None, None]
@@ -304,6 +328,29 @@ class _DecodeSim:
             k, v = (self._gather(_contiguous_reading(c.placed[x])) for x in ("k_pages", "v_pages"))
         return self.attend(q=q, k=k, v=v)
 
+    def appended_at(self, offset: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The per-sequence caches with this step's tokens written one slot early ("early") or at the length after
+        the append ("late") instead of at cache_seqlens[b]."""
+        c = self.case
+        k, v = _cpu64(c.k_before).clone(), _cpu64(c.v_before).clone()
+        for b, n in enumerate(c.lengths_before):
+            at = n - 1 if offset == "early" else n + c.n_new
+            if at < 0 or at + c.n_new > self.n:
+                raise IndexError("past the cache")  # not shown: the bug does not apply to this case
+            k[b, :, at:at + c.n_new], v[b, :, at:at + c.n_new] = _cpu64(c.k_new[b]), _cpu64(c.v_new[b])
+        return k, v
+
+    def rows_ignored(self, written: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """What sequence b reads from cache row b (not cache_batch_idx[b]): with the append written to the right
+        rows (`written`), or to row b too."""
+        c = self.case
+        if written:
+            return (_cpu64(c.after["k_cache"][:self.B]), _cpu64(c.after["v_cache"][:self.B]))
+        k, v = _cpu64(c.before["k_cache"][:self.B]).clone(), _cpu64(c.before["v_cache"][:self.B]).clone()
+        for b, n in enumerate(c.lengths_before):
+            k[b, :, n:n + c.n_new], v[b, :, n:n + c.n_new] = _cpu64(c.k_new[b]), _cpu64(c.v_new[b])
+        return k, v
+
     def _gather(self, pool: torch.Tensor) -> torch.Tensor:
         c = self.case
         out = torch.zeros_like(self.k)
@@ -340,11 +387,11 @@ def decode_bugs(case: ServingCase, *, split_enumerated: bool | None = None) -> l
         return split_bugs
     L, n_q = sim.L, sim.n_q
     A = attention.T
-    bugs = [
+    bugs = [] if case.n_new == 1 else [  # one key short of one new token is the new key unseen (_append_bugs)
         BugModel(T("bug_seqlen_short"), T("bug_seqlen_short_why"), lambda: sim.attend(sim.keep(align=L - 1))),
-        BugModel(T("bug_seqlen_short"), T("bug_seqlen_short_why"), lambda: sim.attend(sim.keep(length=L - 1))),
+        BugModel(T("bug_seqlen_short"), T("bug_seqlen_short_why"), lambda: sim.attend(sim.keep(length=L - 1)))]
+    bugs += [
         BugModel(T("bug_seqlen_long"), T("bug_seqlen_long_why"), lambda: sim.attend(sim.keep(length=L + 1))),
-        BugModel(T("bug_top_left"), T("bug_top_left_why"), lambda: sim.attend(sim.keep(top_left=True))),
         BugModel(A("bug_scale_missing"), A("bug_scale_missing_why"), lambda: sim.attend(scale=1.0)),
         # the split body's scores without qk_scale: the loop's exp2 of the raw q·k
         BugModel(A("bug_scale_missing"), T("bug_qk_scale_missing_why"), lambda: sim.attend(scale=math.log(2.0))),
@@ -355,8 +402,14 @@ def decode_bugs(case: ServingCase, *, split_enumerated: bool | None = None) -> l
         bugs.append(BugModel(A("bug_scale_ignored"), A("bug_scale_ignored_why"),
                              lambda: sim.attend(scale=1.0 / math.sqrt(sim.D))))
     bugs += attention.padded_scale_bugs(sim.D, case.sm_scale, lambda scale: sim.attend(scale=scale))
-    if n_q > 1:
+    if case.causal:
+        bugs.append(BugModel(T("bug_top_left"), T("bug_top_left_why"), lambda: sim.attend(sim.keep(top_left=True))))
+    else:
+        bugs.append(BugModel(T("bug_causal_ignored"), T("bug_causal_ignored_why"),
+                             lambda: sim.attend(sim.keep(causal=True))))
+    if n_q > 1 and case.causal:
         bugs.append(BugModel(T("bug_no_causal"), T("bug_no_causal_why"), lambda: sim.attend(sim.keep(causal=False))))
+    bugs += _append_bugs(case, sim)
     if sim.group > 1:
         bugs.append(BugModel(A("bug_gqa_head"), A("bug_gqa_head_why", h_kv=sim.h_kv, group=sim.group),
                              lambda: sim.attend(kv_of_head=torch.arange(sim.H) % sim.h_kv)))
@@ -377,6 +430,29 @@ def decode_bugs(case: ServingCase, *, split_enumerated: bool | None = None) -> l
         bugs.append(BugModel(T(partial), T("bug_partial_dropped_why"),
                              lambda bn=bn: sim.attend(sim.without_partial(bn))))
     return bugs if split_enumerated is False else bugs + split_bugs
+
+
+def _append_bugs(case: ServingCase, sim: _DecodeSim) -> list[BugModel]:
+    """The classic mistakes of the append (k_new, v_new) and of cache_batch_idx, on the output."""
+    bugs = []
+    if case.n_new:
+        before = torch.tensor(case.lengths_before)
+        bugs.append(BugModel(T("bug_append_unseen"), T("bug_append_unseen_why"),
+                             lambda: sim.attend(sim.keep(length=before))))
+        bugs.append(BugModel(T("bug_append_missing"), T("bug_append_missing_why"),
+                             lambda: sim.attend(k=_cpu64(case.k_before), v=_cpu64(case.v_before))))
+        # the right number of keys attended, or as many as were written (a late write attended as far as the
+        # right length is the write missing, above)
+        for key, length in (("early", sim.L), ("early", sim.L - 1), ("late", sim.L + case.n_new)):
+            bugs.append(BugModel(append.T(f"bug_{key}"), append.T(f"bug_{key}_why"),
+                                 lambda key=key, length=length: sim.attend(
+                                     sim.keep(length=length), **dict(zip("kv", sim.appended_at(key))))))
+    if case.cache_rows:
+        for written in ((True, False) if case.n_new else (True,)):
+            bugs.append(BugModel(append.T("bug_rows"), append.T("bug_rows_why"),
+                                 lambda written=written: sim.attend(
+                                     None, **dict(zip("kv", sim.rows_ignored(written))))))
+    return bugs
 
 
 class _VarlenSim:

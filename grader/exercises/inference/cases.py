@@ -58,6 +58,25 @@ CASES = catalogue("exercises.inference.cases", {
     "many_short": ("many short sequences", "大量短序列"),
     "bf16": ("bf16", "bf16 输入"),
     "random": ("random sizes, lengths and splits", "随机尺寸、长度和 split 数"),
+    # the append (k_new, v_new), causal=False, cache_batch_idx
+    "append_one": ("one new token per sequence appended (k_new, v_new), then attended",
+                   "每个序列追加一个新 token（k_new、v_new），再做注意力"),
+    "append_four": ("4 new tokens appended, 4 new queries, GQA 2:1, num_splits=3",
+                    "追加 4 个新 token，4 个新 query，GQA 2:1，num_splits=3"),
+    "append_edges": ("appends at length 0, across a block boundary and up to exactly N_max",
+                     "追加的起点是长度 0、跨过块边界、终点恰好是 N_max"),
+    "append_chunk": ("9 new tokens appended for one query (a chunk)", "为 1 个 query 追加 9 个新 token（一整段）"),
+    "append_pages": ("appends across a page boundary, into a fresh page and up to the table's end",
+                     "追加跨过页边界、写进一个新页、一直写到 block table 的末尾"),
+    "no_causal": ("causal=False: every query sees every key, 8 queries, num_splits=3",
+                  "causal=False：每个 query 都能看到所有 key，8 个 query，num_splits=3"),
+    "no_causal_append": ("causal=False with 4 new tokens appended", "causal=False，并追加 4 个新 token"),
+    "batch_idx": ("cache_batch_idx: the sequences use shuffled rows of a larger cache",
+                  "cache_batch_idx：各序列用的是一个更大缓存里打乱的行"),
+    "batch_idx_append": ("cache_batch_idx with an append into the rows it names, num_splits=3",
+                         "cache_batch_idx，并追加到它指定的行里，num_splits=3"),
+    "random_append": ("random sizes and lengths, with an append, causal or not, cache_batch_idx or not",
+                      "随机尺寸和长度，带追加，因果与否、有无 cache_batch_idx 也随机"),
     # flash_decode_paged
     "in_order": ("pages in order (the block table is the identity)", "页按顺序排列（block table 是恒等映射）"),
     "shuffled_whole": ("shuffled block table, lengths in whole blocks of 128",
@@ -110,6 +129,21 @@ CASES = catalogue("exercises.inference.cases", {
     "bad_page_size": ("page_size 24 (not a power of two)", "page_size 为 24（不是 2 的幂）"),
     "bad_seqlens_past_table": ("a cache_seqlens entry is past max_pages_per_seq · page_size",
                                "cache_seqlens 有一项超过了 max_pages_per_seq · page_size"),
+    "bad_new_alone": ("k_new without v_new", "只给了 k_new，没给 v_new"),
+    "bad_new_heads": ("k_new with 3 K/V heads, the cache has 2", "k_new 有 3 个 K/V 头，缓存只有 2 个"),
+    "bad_new_dtype": ("k_new is float32, q float16", "k_new 是 float32，q 是 float16"),
+    "bad_new_mismatch": ("v_new differs from k_new in shape", "v_new 和 k_new 形状不同"),
+    "bad_append_past": ("an append past N_max", "追加之后超出了 N_max"),
+    "bad_append_past_table": ("an append past max_pages_per_seq · page_size",
+                              "追加之后超出了 max_pages_per_seq · page_size"),
+    "bad_append_unallocated": ("an append into a page the block table does not hold (-1)",
+                               "追加写进了 block table 里没有分配的页（-1）"),
+    "bad_append_shared": ("an append into a page another sequence reads", "追加写进了另一个序列正在读的页"),
+    "bad_idx_int64": ("cache_batch_idx is int64", "cache_batch_idx 是 int64"),
+    "bad_idx_range": ("a cache_batch_idx entry is past the cache's rows", "cache_batch_idx 有一项超出了缓存的行数"),
+    "bad_idx_shape": ("cache_batch_idx has B + 1 entries", "cache_batch_idx 有 B + 1 项"),
+    "bad_idx_repeated": ("cache_batch_idx names one row twice, with k_new", "带 k_new 时 cache_batch_idx 重复了一行"),
+    "bad_idx_paged": ("cache_batch_idx with a paged cache", "分页缓存却传了 cache_batch_idx"),
     "bad_cu_int64": ("cu_seqlens_q is int64", "cu_seqlens_q 是 int64"),
     "bad_cu_decreasing": ("cu_seqlens_k decreases", "cu_seqlens_k 不是单调不减的"),
     "bad_cu_start": ("cu_seqlens_q does not start at 0", "cu_seqlens_q 的第一项不是 0"),
@@ -130,7 +164,8 @@ class ServingCase(Case):
 
     decode and paged: q (B, H, N_q, D) and a contiguous cache k, v (B, H_kv, N, D) holding each sequence's tokens
     in order (the answer is computed from it; for paged it was scattered into the pages of the pool `k_pages`,
-    `v_pages` through `block_table`). varlen: packed q (total_q, H, D), k, v (total_k, H_kv, D).
+    `v_pages` through `block_table`; with cache_batch_idx it is the rows the sequences use; with an append it is the
+    cache after it). varlen: packed q (total_q, H, D), k, v (total_k, H_kv, D).
     """
 
     kind: str = "decode"  # "decode" | "paged" | "varlen"
@@ -149,6 +184,16 @@ class ServingCase(Case):
     v_pages: torch.Tensor | None = None
     layout: str = "contiguous"  # or "strided"
     placed: dict[str, torch.Tensor] = field(default_factory=dict)
+    # the append (k_new, v_new) and cache_batch_idx: lengths above are what the attention sees, L + N_new
+    n_new: int = 0
+    lengths_before: tuple[int, ...] = ()  # cache_seqlens as passed: the lengths before the append
+    cache_rows: tuple[int, ...] | None = None  # cache_batch_idx: sequence b's row of the contiguous cache
+    k_new: torch.Tensor | None = None  # (B, H_kv, N_new, D), on the CPU like the rest of the append's tensors
+    v_new: torch.Tensor | None = None
+    k_before: torch.Tensor | None = None  # k, v (per sequence) before the append: what the bug models rewrite
+    v_before: torch.Tensor | None = None
+    before: dict[str, torch.Tensor] = field(default_factory=dict)  # the caches (or pools) as handed over
+    after: dict[str, torch.Tensor] = field(default_factory=dict)  # ... and what they must hold after the call
 
     @property
     def scale(self) -> float:
@@ -174,11 +219,12 @@ def _common_tags(case_tags, dtype, *, H, H_kv, D, magnitude, sm_scale, strided) 
     return tags
 
 
-def _decode_tags(lengths, n_q, num_splits, **common) -> set[str]:
+def _decode_tags(lengths, n_q, num_splits, causal=True, **common) -> set[str]:
     tags = _common_tags(**common)
-    tags |= {"bottom-right"} if n_q > 1 else set()
+    tags |= {"bottom-right"} if n_q > 1 and causal else set()
     tags |= {"packing"} if n_q > 1 and common["H"] != common["H_kv"] else set()
-    tags |= {"empty-rows"} if any(n < n_q for n in lengths) else set()
+    tags |= {"empty-rows"} if any(n < (n_q if causal else 1) for n in lengths) else set()
+    tags |= set() if causal else {"no-causal"}
     tags |= {"ragged"} if any(n % WHOLE for n in lengths) else set()
     # A near one-hot softmax (large magnitudes) hides keys counted twice or dropped at a split's edge: such a case
     # passing says nothing about the splits, so it does not carry their tag (it would silence the splits hint).
@@ -195,39 +241,93 @@ def _scaled_heads(q: torch.Tensor, head_scales) -> torch.Tensor:
 
 def _decode_call(case: ServingCase, *names: str) -> None:
     case.args = tuple(case.placed[n] for n in names)
-    case.kwargs = {}
+    case.kwargs = {key: case.placed[key] for key in ("k_new", "v_new", "cache_batch_idx") if key in case.placed}
+    if not case.causal:
+        case.kwargs["causal"] = False
     if case.sm_scale is not None:
         case.kwargs["sm_scale"] = case.sm_scale
     if case.num_splits is not None:
         case.kwargs["num_splits"] = case.num_splits
 
 
+def _new_tokens(gen, env, k_shape, n_new, dtype, magnitude):
+    """This step's keys and values (B, H_kv, N_new, D), on the CPU."""
+    B, h_kv, _, D = k_shape
+    return (randn((B, h_kv, n_new, D), gen, dtype, "cpu", magnitude), randn((B, h_kv, n_new, D), gen, dtype, "cpu"))
+
+
+def _appended(t: torch.Tensor, new: torch.Tensor, rows, lengths) -> torch.Tensor:
+    """t (rows, H_kv, N, D) with new[b] written at positions lengths[b] … of row rows[b]."""
+    t = t.clone()
+    for b, (r, n) in enumerate(zip(rows, lengths)):
+        t[r, :, n:n + new.shape[2]] = new[b]
+    return t
+
+
+def _place_append(case: ServingCase, env, names: tuple[str, str], before, after, guards) -> None:
+    """Hand the learner k_new, v_new; the caches it writes leave the inputs (their in-place writes are judged)."""
+    for key, t in (("k_new", case.k_new), ("v_new", case.v_new)):
+        case.placed[key], g = place(t.to(env.device), key, True)
+        guards += g
+    case.inputs = {k: t for k, t in case.placed.items() if k not in names}
+    case.before = {n: t.cpu() for n, t in zip(names, before)}
+    case.after = {n: t.cpu() for n, t in zip(names, after)}
+    case.extra = {"k_before": before[0].to(env.device), "v_before": before[1].to(env.device)}
+
+
 def decode_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H_kv=None, Nq=1, N_max=256, D=64,
                 dtype=torch.float16, lengths=None, sm_scale=None, num_splits=None, magnitude=1.0,
-                head_scales=None, layout="contiguous", tags=()) -> ServingCase:
+                head_scales=None, layout="contiguous", n_new=0, causal=True, spare_rows=None,
+                tags=()) -> ServingCase:
     """flash_decode(q, k_cache, v_cache, cache_seqlens): the cache past each length holds stale values.
 
-    head_scales: a factor per query head on q (heads whose log-sum-exps lie far apart)."""
+    head_scales: a factor per query head on q (heads whose log-sum-exps lie far apart). n_new: keys and values
+    appended by the call (k_new, v_new; `lengths` are then the lengths before it). spare_rows: the cache has that
+    many rows more than there are sequences, and cache_batch_idx says which row each sequence uses (shuffled)."""
     H_kv = H if H_kv is None else H_kv
-    lengths = list(lengths) if lengths is not None else _draw_lengths(gen, B, min(Nq, N_max), N_max)
+    lengths = list(lengths) if lengths is not None else _draw_lengths(gen, B, max(0, min(Nq, N_max) - n_new),
+                                                                      N_max - n_new)
     q = _scaled_heads(randn((B, H, Nq, D), gen, dtype, env.device, magnitude), head_scales)
-    k = randn((B, H_kv, N_max, D), gen, dtype, env.device, magnitude)
-    v = randn((B, H_kv, N_max, D), gen, dtype, env.device)
+    rows = list(range(B)) if spare_rows is None else torch.randperm(B + spare_rows, generator=gen)[:B].tolist()
+    n_rows = B if spare_rows is None else B + spare_rows
+    k = randn((n_rows, H_kv, N_max, D), gen, dtype, "cpu", magnitude)
+    v = randn((n_rows, H_kv, N_max, D), gen, dtype, "cpu")
+    case = ServingCase(name=name, dtype=dtype, kind="decode", q=q, causal=causal, sm_scale=sm_scale,
+                       num_splits=num_splits, max_len=N_max, layout=layout, n_new=n_new,
+                       lengths_before=tuple(lengths), cache_rows=None if spare_rows is None else tuple(rows))
+    k_after, v_after = k, v
+    if n_new:
+        case.k_new, case.v_new = _new_tokens(gen, env, (B, H_kv, N_max, D), n_new, dtype, magnitude)
+        k_after, v_after = _appended(k, case.k_new, rows, lengths), _appended(v, case.v_new, rows, lengths)
+        case.k_before, case.v_before = k[rows], v[rows]
+    case.k, case.v = k_after[rows].to(env.device), v_after[rows].to(env.device)
+    case.lengths = tuple(n + n_new for n in lengths)
     seqlens = torch.tensor(lengths, dtype=torch.int32, device=env.device)
     strided = layout == "strided"
     perm = (0, 2, 1, 3) if strided else None
-    placed, guards = {}, []
-    for key, t in (("q", q), ("k_cache", k), ("v_cache", v)):
-        placed[key], g = place(t, key, True, perm)
+    guards = []
+    for key, t in (("q", q), ("k_cache", k.to(env.device)), ("v_cache", v.to(env.device))):
+        case.placed[key], g = place(t, key, True, perm)
         guards += g
-    placed["cache_seqlens"], _ = place(seqlens, "cache_seqlens", False)
-    case = ServingCase(
-        name=name, dtype=dtype, kind="decode", q=q, k=k, v=v, lengths=tuple(lengths), sm_scale=sm_scale,
-        num_splits=num_splits, max_len=N_max, layout=layout, placed=placed, inputs=dict(placed), guards=guards,
-        expected=oracle.decode_attention(q, k, v, seqlens, sm_scale),
-        shapes=f"q {tuple(q.shape)}, k/v cache {tuple(k.shape)}, cache_seqlens {_lengths_text(lengths)}",
-        tags=frozenset(_decode_tags(lengths, Nq, num_splits, case_tags=tags, dtype=dtype, H=H, H_kv=H_kv, D=D,
-                                    magnitude=magnitude, sm_scale=sm_scale, strided=strided)))
+    case.placed["cache_seqlens"], _ = place(seqlens, "cache_seqlens", False)
+    if spare_rows is not None:
+        case.placed["cache_batch_idx"], _ = place(torch.tensor(rows, dtype=torch.int32, device=env.device),
+                                                  "cache_batch_idx", False)
+    case.inputs = dict(case.placed)
+    if n_new:
+        _place_append(case, env, ("k_cache", "v_cache"), (k, v), (k_after, v_after), guards)
+    elif spare_rows is not None:  # the whole cache, for the bug models (nothing is written)
+        case.before = case.after = {"k_cache": k, "v_cache": v}
+    case.guards = guards
+    case.expected = oracle.decode_attention(q, case.k, case.v, case.lengths, sm_scale, causal)
+    case.shapes = (f"q {tuple(q.shape)}, k/v cache {tuple(k.shape)}, cache_seqlens {_lengths_text(lengths)}"
+                   + (f", k/v_new {tuple(case.k_new.shape)}" if n_new else "")
+                   + (f", cache_batch_idx {_lengths_text(rows)}" if spare_rows is not None else "")
+                   + ("" if causal else ", causal=False"))
+    all_tags = _decode_tags(case.lengths, Nq, num_splits, causal, case_tags=tags, dtype=dtype, H=H, H_kv=H_kv, D=D,
+                            magnitude=magnitude, sm_scale=sm_scale, strided=strided)
+    all_tags |= ({"append"} if n_new else set()) | ({"batch-idx"} if spare_rows is not None else set())
+    case.tags = frozenset(all_tags)
     _decode_call(case, "q", "k_cache", "v_cache", "cache_seqlens")
     return case
 
@@ -235,17 +335,19 @@ def decode_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, 
 def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H_kv=None, Nq=1, page_size=16,
                pages_per_seq=8, D=64, dtype=torch.float16, lengths=None, order="shuffled", shared_pages=0,
                unused="zero", extra_pages=3, sm_scale=None, num_splits=None, magnitude=1.0, head_scales=None,
-               layout="contiguous", far_pages=False, tags=()) -> ServingCase:
+               layout="contiguous", far_pages=False, n_new=0, causal=True, tags=()) -> ServingCase:
     """flash_decode_paged: the case is drawn as a contiguous cache (B, H_kv, pages_per_seq · page_size, D), which
     the answer is computed from, then scattered into the pages of a pool (order "identity": sequence b's page p is
     pool page b·pages_per_seq + p; "shuffled": a random permutation). shared_pages: sequences 0 and 1 start with the
     same tokens and share those pages (prefix sharing). unused: what the table holds past each sequence's pages
     ("zero": page 0, "minus_one": -1, "huge": a page number far past the pool). far_pages: the pool's pages lie
     FAR_PAGE_STRIDE elements apart, so that the sequences' pages start past 2**31 elements: an int32 offset wraps
-    (the pool is a view of untouched memory, so nothing is allocated for the gaps)."""
+    (the pool is a view of untouched memory, so nothing is allocated for the gaps). n_new: keys and values appended
+    by the call (`lengths` are the lengths before it), into pages the table already holds."""
     H_kv = H if H_kv is None else H_kv
     n_ctx = pages_per_seq * page_size
-    lengths = list(lengths) if lengths is not None else _draw_lengths(gen, B, min(Nq, n_ctx), n_ctx)
+    lengths = list(lengths) if lengths is not None else _draw_lengths(gen, B, max(0, min(Nq, n_ctx) - n_new),
+                                                                      n_ctx - n_new)
     if shared_pages:
         lengths[:2] = [max(n, shared_pages * page_size) for n in lengths[:2]]
     q = _scaled_heads(randn((B, H, Nq, D), gen, dtype, env.device, magnitude), head_scales)
@@ -271,18 +373,24 @@ def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H
             if order == "identity":
                 table[b, p] = b * pages_per_seq + p
                 continue
-            if p * page_size >= n:
+            if p * page_size >= n + n_new:
                 break
             if b == 1 and p < shared_pages:
                 table[b, p] = table[0, p]
             else:
                 table[b, p] = int(perm[nxt])
                 nxt += 1
-    for b, n in enumerate(lengths):
-        for p in range(math.ceil(n / page_size)):
-            page = int(table[b, p])
-            pool_k[page] = k[b, :, p * page_size:(p + 1) * page_size]
-            pool_v[page] = v[b, :, p * page_size:(p + 1) * page_size]
+    _scatter(pool_k, pool_v, k, v, table, lengths, n_new, page_size)
+    extra_tensors = {}
+    if n_new:
+        k_new, v_new = _new_tokens(gen, env, k.shape, n_new, dtype, magnitude)
+        rows = range(B)
+        extra_tensors = dict(k_before=k, v_before=v, k_new=k_new, v_new=v_new, before=(pool_k, pool_v))
+        k, v = _appended(k, k_new, rows, lengths), _appended(v, v_new, rows, lengths)
+        pool_k, pool_v = pool_k.clone(), pool_v.clone()
+        _scatter(pool_k, pool_v, k, v, table, lengths, n_new, page_size)
+        extra_tensors["after"] = (pool_k, pool_v)
+        pool_k, pool_v = extra_tensors["before"]
     k, v, pool_k, pool_v, table = (t.to(env.device) for t in (k, v, pool_k, pool_v, table))
     seqlens = torch.tensor(lengths, dtype=torch.int32, device=env.device)
     strided = layout == "strided"
@@ -296,21 +404,38 @@ def paged_case(env: Environment, gen: torch.Generator, name: str, *, B=2, H=4, H
         guards += g
     placed["block_table"], _ = place(table, "block_table", False)
     placed["cache_seqlens"], _ = place(seqlens, "cache_seqlens", False)
-    all_tags = _decode_tags(lengths, Nq, num_splits, case_tags=tags, dtype=dtype, H=H, H_kv=H_kv, D=D,
+    totals = [n + n_new for n in lengths]
+    all_tags = _decode_tags(totals, Nq, num_splits, causal, case_tags=tags, dtype=dtype, H=H, H_kv=H_kv, D=D,
                             magnitude=magnitude, sm_scale=sm_scale, strided=strided)
+    all_tags |= {"append"} if n_new else set()
     all_tags |= {"paged"} if order != "identity" else set()
     all_tags |= {"shared"} if shared_pages else set()
     all_tags |= {"garbage-table"} if unused != "zero" else set()
     case = ServingCase(
-        name=name, dtype=dtype, kind="paged", q=q, k=k, v=v, lengths=tuple(lengths), sm_scale=sm_scale,
+        name=name, dtype=dtype, kind="paged", q=q, k=k, v=v, lengths=tuple(totals), sm_scale=sm_scale,
         num_splits=num_splits, max_len=n_ctx, page_size=page_size, block_table=table, k_pages=pool_k,
-        v_pages=pool_v, layout=layout, placed=placed, inputs=dict(placed), guards=guards,
-        expected=oracle.decode_attention(q, k, v, seqlens, sm_scale),
+        v_pages=pool_v, layout=layout, placed=placed, inputs=dict(placed), guards=guards, causal=causal,
+        n_new=n_new, lengths_before=tuple(lengths), expected=oracle.decode_attention(q, k, v, totals, sm_scale, causal),
         shapes=f"q {tuple(q.shape)}, k/v pages {tuple(pool_k.shape)}, block_table {tuple(table.shape)}, "
-               f"cache_seqlens {_lengths_text(lengths)}",
+               f"cache_seqlens {_lengths_text(lengths)}" + (f", k/v_new {(B, H_kv, n_new, D)}" if n_new else "")
+               + ("" if causal else ", causal=False"),
         tags=frozenset(all_tags), in_process_only=far_pages)
+    if n_new:
+        case.k_new, case.v_new = extra_tensors["k_new"], extra_tensors["v_new"]
+        case.k_before, case.v_before = extra_tensors["k_before"], extra_tensors["v_before"]
+        _place_append(case, env, ("k_pages", "v_pages"), extra_tensors["before"], extra_tensors["after"], guards)
+        case.k_pages, case.v_pages = (t.to(env.device) for t in extra_tensors["after"])
     _decode_call(case, "q", "k_pages", "v_pages", "block_table", "cache_seqlens")
     return case
+
+
+def _scatter(pool_k, pool_v, k, v, table, lengths, n_new, page_size) -> None:
+    """The pages of every sequence's first lengths[b] + n_new positions, copied from k, v into the pools."""
+    for b, n in enumerate(lengths):
+        for p in range(math.ceil((n + n_new) / page_size)):
+            page = int(table[b, p])
+            pool_k[page] = k[b, :, p * page_size:(p + 1) * page_size]
+            pool_v[page] = v[b, :, p * page_size:(p + 1) * page_size]
 
 
 FAR_PAGE_STRIDE = 1 << 26  # elements from one page of a far pool to the next
@@ -409,6 +534,19 @@ def decode_specs(env: Environment) -> list[tuple[str, dict]]:
         (case_name("heads_apart"), dict(B=1, H=2, H_kv=1, Nq=1, N_max=on(env, 1024, 200), D=64,
                                         head_scales=(80.0, 1.0), num_splits=3, tags=("heads-apart",))),
         (case_name("explicit_scale"), dict(B=2, H=2, H_kv=1, Nq=2, N_max=on(env, 512, 100), D=64, sm_scale=0.3)),
+        # the append, causal=False, cache_batch_idx (flash_attn_with_kvcache's k, v, causal and cache_batch_idx)
+        (case_name("append_one"), dict(B=3, H=4, H_kv=2, Nq=1, N_max=on(env, 1024, 150), D=64, n_new=1)),
+        (case_name("append_four"), dict(B=2, H=4, H_kv=2, Nq=4, N_max=on(env, 1024, 200), D=64, n_new=4,
+                                        num_splits=3)),
+        (case_name("append_edges"), dict(B=4, H=2, H_kv=1, Nq=2, N_max=160, D=32, n_new=3, lengths=[0, 30, 128, 157])),
+        (case_name("append_chunk"), dict(B=2, H=2, H_kv=1, Nq=1, N_max=on(env, 512, 120), D=32, n_new=9)),
+        (case_name("no_causal"), dict(B=4, H=4, H_kv=2, Nq=8, N_max=on(env, 512, 120), D=32, causal=False,
+                                      lengths=[0, 3, 8, on(env, 500, 110)], num_splits=3)),
+        (case_name("no_causal_append"), dict(B=2, H=2, H_kv=1, Nq=4, N_max=on(env, 512, 100), D=32, n_new=4,
+                                             causal=False)),
+        (case_name("batch_idx"), dict(B=3, H=4, H_kv=2, Nq=2, N_max=on(env, 512, 100), D=32, spare_rows=3)),
+        (case_name("batch_idx_append"), dict(B=3, H=2, H_kv=1, Nq=1, N_max=on(env, 512, 100), D=32, spare_rows=2,
+                                             n_new=2, num_splits=3)),
     ]
     if not env.interpreter:
         specs += [(case_name("long"), dict(B=2, H=16, H_kv=4, Nq=1, N_max=8192, D=128)),
@@ -462,6 +600,15 @@ def paged_specs(env: Environment) -> list[tuple[str, dict]]:
         (case_name("odd_pages"), dict(B=2, H=2, H_kv=1, page_size=16, pages_per_seq=5, D=32, lengths=[80, 80])),
         (case_name("explicit_scale"), dict(B=2, H=2, H_kv=1, Nq=2, page_size=32, pages_per_seq=on(env, 16, 4),
                                            sm_scale=0.3)),
+        (case_name("append_one"), dict(B=3, H=4, H_kv=2, page_size=16, pages_per_seq=on(env, 32, 8), n_new=1,
+                                       unused="minus_one")),
+        # 14 + 5 crosses a page boundary, 32 starts a fresh page, 59 + 5 fills the table
+        (case_name("append_pages"), dict(B=4, H=2, H_kv=1, Nq=2, page_size=16, pages_per_seq=4, D=32, n_new=5,
+                                         lengths=[0, 14, 32, 59], num_splits=2)),
+        (case_name("no_causal"), dict(B=3, H=4, H_kv=2, Nq=8, page_size=32, pages_per_seq=on(env, 16, 4), D=32,
+                                      causal=False, num_splits=3)),
+        (case_name("no_causal_append"), dict(B=2, H=2, H_kv=1, Nq=4, page_size=16, pages_per_seq=on(env, 16, 6),
+                                             D=32, n_new=4, causal=False)),
     ]
     if not env.interpreter:
         specs += [(case_name("page_n", n=128), dict(B=4, H=8, H_kv=2, Nq=2, page_size=128, pages_per_seq=32,

@@ -43,42 +43,44 @@ T = catalogue("exercises.inference.ladder", {
     "body_2": (
         "With L = seqlen, split s owns the keys s·split_len … min((s + 1)·split_len, L) − 1 (empty when it starts at "
         "or past L). The query of row r sits at position L − N_q + qi and sees key j exactly when j ≤ L − N_q + qi "
-        "(bottom-right). Scores x = qk_scale · q·k are in base 2. After the slice, O_s = A / ℓ and "
-        "L_s = m + log₂ ℓ; a row with ℓ = 0 (no key seen) gets O_s = 0 and L_s = −∞, so that its merge weight is 0.",
-        "记 L = seqlen，第 s 个 split 负责 key s·split_len … min((s + 1)·split_len, L) − 1"
-        "（起点在 L 或 L 之后时为空）。"
-        "第 r 行的 query 位于位置 L − N_q + qi，当且仅当 j ≤ L − N_q + qi 时能看到 key j（右下对齐）。"
-        "分数 x = qk_scale · q·k 以 2 为底。这一段走完后，O_s = A / ℓ，L_s = m + log₂ ℓ；ℓ = 0 的行（一个 key 也没"
-        "看到）取 O_s = 0、L_s = −∞，这样它在合并时的权重就是 0。"),
+        "(bottom-right); with IS_CAUSAL False every row sees every key, j ≤ L − 1. Scores x = qk_scale · q·k are in "
+        "base 2. After the slice, O_s = A / ℓ and L_s = m + log₂ ℓ; a row with ℓ = 0 (no key seen) gets O_s = 0 and "
+        "L_s = −∞, so that its merge weight is 0.",
+        "记 L = seqlen，第 s 个 split 负责 key s·split_len … min((s + 1)·split_len, L) − 1（起点在 L 或 L 之后时为空）"
+        "。第 r 行的 query 位于位置 L − N_q + qi，当且仅当 j ≤ L − N_q + qi 时能看到 key j（右下对齐）；IS_CAUSAL 为 "
+        "False 时每一行都能看到所有 key，即 j ≤ L − 1。分数 x = qk_scale · q·k 以 2 为底。这一段走完后，O_s = A / ℓ，"
+        "L_s = m + log₂ ℓ；ℓ = 0 的行（一个 key 也没看到）取 O_s = 0、L_s = −∞，这样它在合并时的权重就是 0。"),
     "body_3": (
         "Before the loop: the split's end with `tl.minimum`; each row's last visible key from seqlen, N_Q and qi; q "
         "loaded with pointers built from head and qi and their strides, masked by row_ok and mask_d (other=0). The "
-        "loop: `range(start, end, BLOCK_N)`; `_key_rows` gives each key's row offset, to which you add the head's "
-        "term hk·stride_kh and the columns; K and V loads masked by the key range and mask_d; `tl.dot` with "
-        "`tl.trans` for the scores, times qk_scale, and `tl.where` puts −∞ where a key is outside the split or after "
-        "the row's last key; `_softmax_block` returns the new (acc, l_i, m_i). After it: divide by l_i where it is "
-        "not 0 (by 1 where it is), and `tl.math.log2` of the same guarded l_i.",
-        "循环之前：用 `tl.minimum` 算出这个 split 的终点；由 seqlen、N_Q 和 qi 算出每行能看到的最后一个 key；"
-        "q 的指针由 head、qi 和各自的步长拼出来，load 用 row_ok 和 mask_d 作 mask（other=0）。循环："
-        "`range(start, end, BLOCK_N)`；`_key_rows` 给出每个 key 的行偏移，再加上头的那一项 hk·stride_kh 和列偏移；"
-        "K、V 的 load 用 key 的范围和 mask_d 作 mask；分数用 `tl.dot` 配合 `tl.trans`，乘以 qk_scale，再用 "
-        "`tl.where` 把 split 之外、或排在该行最后一个 key 之后的位置设为 −∞；`_softmax_block` 返回新的 "
-        "(acc, l_i, m_i)。循环之后：l_i 不为 0 时除以 l_i（为 0 时除以 1），对同样处理过的 l_i 取 `tl.math.log2`。"),
+        "loop: `range(start, end, BLOCK_N)`; `_key_rows`, given the cache row kb, gives each key's row offset, to "
+        "which you add the head's term hk·stride_kh and the columns; K and V loads masked by the key range and "
+        "mask_d; `tl.dot` with `tl.trans` for the scores, times qk_scale, and `tl.where` puts −∞ where a key is "
+        "outside the split or after the row's last key; `_softmax_block` returns the new (acc, l_i, m_i). After it: "
+        "divide by l_i where it is not 0 (by 1 where it is), and `tl.math.log2` of the same guarded l_i.",
+        "循环之前：用 `tl.minimum` 算出这个 split 的终点；由 seqlen、N_Q 和 qi 算出每行能看到的最后一个 key；q "
+        "的指针由 head、qi 和各自的步长拼出来，load 用 row_ok 和 mask_d 作 mask（other=0）。循环：`range(start, end, "
+        "BLOCK_N)`；把缓存行 kb 传给 `_key_rows`，它给出每个 key 的行偏移，再加上头的那一项 hk·stride_kh 和列偏移；K、"
+        "V 的 load 用 key 的范围和 mask_d 作 mask；分数用 `tl.dot` 配合 `tl.trans`，乘以 qk_scale，再用 `tl.where` 把 "
+        "split 之外、或排在该行最后一个 key 之后的位置设为 −∞；`_softmax_block` 返回新的 (acc, l_i, m_i)。循环之后："
+        "l_i 不为 0 时除以 l_i（为 0 时除以 1），对同样处理过的 l_i 取 `tl.math.log2`。"),
     "body_4": (
         "What the check names, and why: the end not clipped to seqlen (slots past the length hold stale keys) or "
-        "rounded down to whole blocks ('splits that drop the last partial block'); the end one short or the start "
-        "one late ('split ranges off by one': a key lost at every boundary); qi alone as the last key ('top-left "
-        "where bottom-right was asked for'); seqlen − 1 for every row ('causal mask missing among the new "
-        "queries'); the scores without qk_scale ('scale missing'); m_i + l_i for the lse ('the log missing from "
-        "lse_s'), or the lse in natural log, times ln 2 ('lse_s of a split not in base 2'); acc stored undivided "
-        "('split output not normalised by its own sum'); l_i = 0 left unguarded in a row that sees no key (0 / 0 "
-        "is NaN, and the NaN reaches the merge).",
+        "rounded down to whole blocks ('splits that drop the last partial block'); the end one short or the start one "
+        "late ('split ranges off by one': a key lost at every boundary); qi alone as the last key ('top-left where "
+        "bottom-right was asked for'); seqlen − 1 for every row ('causal mask missing among the new queries'); the "
+        "mask kept with IS_CAUSAL False ('causal=False was ignored'); b instead of kb for `_key_rows` "
+        "('cache_batch_idx ignored'); the scores without qk_scale ('scale missing'); m_i + l_i for the lse ('the log "
+        "missing from lse_s'), or the lse in natural log, times ln 2 ('lse_s of a split not in base 2'); acc stored "
+        "undivided ('split output not normalised by its own sum'); l_i = 0 left unguarded in a row that sees no key "
+        "(0 / 0 is NaN, and the NaN reaches the merge).",
         "检查会点名的错误及原因：终点没有截到 seqlen（长度之后的槽位里是过时的 key），或者向下取整到整块（“split "
-        "丢掉了最后一个不满的块”）；终点少一或起点晚一（“split 的范围差一”：每个边界上丢一个 key）；只用 qi 当最后一个 "
-        "key（“要求右下对齐，掩码却按左上对齐”）；每行都用 seqlen − 1（“新 query 之间漏了因果掩码”）；分数没乘 "
-        "qk_scale（“漏了缩放”）；lse 写成 m_i + l_i（“lse_s 漏了 log”），或者换算成了自然对数、乘了 ln 2（“split 的 "
-        "lse_s 不是以 2 为底的”）；acc 没除就写回（“split 的输出没有除以它自己的和”）；看不到任何 key 的行 l_i = 0 "
-        "却没做保护（0 / 0 是 NaN，NaN 会一直带进合并）。"),
+        "丢掉了最后一个不满的块”）；终点少一或起点晚一（“split 的范围差一”：每个边界上丢一个 key）；只用 qi "
+        "当最后一个 key（“要求右下对齐，掩码却按左上对齐”）；每行都用 seqlen − 1（“新 query 之间漏了因果掩码”）；"
+        "IS_CAUSAL 为 False 时仍然加了掩码（“causal=False 被忽略了”）；传给 `_key_rows` 的是 b 而不是 kb（“忽略了 "
+        "cache_batch_idx”）；分数没乘 qk_scale（“漏了缩放”）；lse 写成 m_i + l_i（“lse_s 漏了 log”），"
+        "或者换算成了自然对数、乘了 ln 2（“split 的 lse_s 不是以 2 为底的”）；acc 没除就写回（“split "
+        "的输出没有除以它自己的和”）；看不到任何 key 的行 l_i = 0 却没做保护（0 / 0 是 NaN，NaN 会一直带进合并）。"),
     # ---- flash_decode: merge weights
     "merge_1": (
         "A split's normalised output counts in proportion to the share of the row's total mass Σ_j e^(x_j) that its "
