@@ -427,6 +427,10 @@ def reference_of(ex: Exercise) -> Callable:
     cached = _WRAPPED.get(exercise_id)
     if cached is not None and cached[0] is fn:
         return cached[1]
+    if is_jit_function(fn):  # a modifier a kernel calls: a Python wrapper could not be compiled into it
+        _REFERENCES.add(id(fn))
+        _WRAPPED[exercise_id] = (fn, fn)
+        return fn
 
     @functools.wraps(fn)
     def instructors(*args, **kwargs):
@@ -440,6 +444,24 @@ def reference_of(ex: Exercise) -> Callable:
 
 def is_reference(fn) -> bool:
     return id(fn) in _REFERENCES
+
+
+def is_jit_function(fn) -> bool:
+    """A @triton.jit function (the interpreter's version too), as opposed to a Python function."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:  # pragma: no cover - Triton is a dependency
+        return False
+    return isinstance(fn, JITFunction) or type(fn).__name__ == "InterpretedFunction"
+
+
+def references_called_by(fn) -> list[str]:
+    """The global names a @triton.jit function's source reads that are reference implementations: a graded
+    modifier may not call the reference (its guard is a Python wrapper, which a kernel cannot run)."""
+    py = getattr(fn, "fn", None)
+    code, scope = getattr(py, "__code__", None), getattr(py, "__globals__", {})
+    names = code.co_names if code is not None else ()
+    return [n for n in names if is_reference(scope.get(n))]
 
 
 # ------------------------------------------------------------------------------- demos of unfinished exercises

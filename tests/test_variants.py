@@ -189,3 +189,25 @@ def test_modified_attention_matches_sdpa_with_a_mask():
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     got, _ = oracle.modified_attention(q, k, v, mask=mask)
     torch.testing.assert_close(got, want)
+
+
+def test_a_modifiers_reference_is_the_jit_function_itself():
+    """A kernel compiles the modifier it is given: a Python wrapper around the reference cannot be compiled into a
+    kernel on a GPU ("Cannot call @triton.jit'd outside of the scope of a kernel", H200, 2026-12-04)."""
+    from grader.notebooks import is_jit_function, is_reference
+
+    ref = grader.reference("softcap")
+    assert is_jit_function(ref) and is_reference(ref)
+    assert not is_jit_function(grader.reference("flex_attention"))
+
+
+def test_a_modifier_that_calls_the_reference_fails():
+    import triton
+    import triton.language as tl  # noqa: F401 - the modifier's source names it
+
+    namespace = {"tl": tl, "triton": triton, "ref_softcap": grader.reference("softcap")}
+    exec("@triton.jit\ndef softcap(score, b, h, q_idx, kv_idx, aux):\n"
+         "    return ref_softcap(score, b, h, q_idx, kv_idx, aux)\n", namespace)
+    r = grader.check("softcap", namespace["softcap"], quiet=True, record=False)
+    assert not r.passed
+    assert "not available inside a function being graded" in str(r), str(r)

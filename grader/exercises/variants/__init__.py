@@ -469,6 +469,8 @@ class VariantExercise(Exercise):
         return VARIANTS[self.variant]
 
     def invoke(self, fn, args, kwargs, extra):
+        if notebooks.references_called_by(fn):
+            raise RuntimeError(notebooks.T("reference_of_in_call", exercise=self.id))
         what = kwargs["what"]
         if what == "grid" and self.spec.kind == "mask":
             B, H, n_q, n_k = kwargs["grid"]
