@@ -35,3 +35,8 @@ case "${1:-}" in
           --dtypes "${3:-float16}" --dims "${4:-128}" --ns "${5:-4096,16384}" 2>&1 | tee "$OUT/flex.log" \
           | grep -v Warning | tail -60 ;;
 esac
+# notebook 12: tile shapes and launch settings per variant beside torch's FlexAttention
+case "${1:-}" in
+  flexsweep) timeout 560 python results/h200/flex_sweep_2026-12-04.py --out "$OUT/flexsweep" --dtype "${2:-float16}" \
+               --d "${3:-128}" --ns "${4:-4096,16384}" 2>&1 | tee "$OUT/flexsweep.log" | grep -v Warning | tail -30 ;;
+esac
