@@ -92,7 +92,8 @@ def test_a_score_mod_applied_before_the_scale_is_named():
 
 
 def test_modifiers_given_unclamped_positions_read_out_of_bounds():
-    fn = mutant("flex_attention", "q_idx = tl.minimum(offs_m, N_Q - 1)[:, None]", "q_idx = offs_m[:, None]")
+    fn = mutant("flex_attention", "q_idx = tl.minimum(offs_m, N_Q - 1).to(tl.int32)[:, None]",
+                "q_idx = offs_m.to(tl.int32)[:, None]")
     r = grader.check("flex_attention", fn, quiet=True)
     assert not r.passed
     assert "out-of-bounds" in str(r) or "out of bounds" in str(r), str(r)
