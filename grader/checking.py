@@ -201,6 +201,7 @@ def _run_case(ex: Exercise, runner: Runner, case: Case, index: int, env, referen
             floor = floor_s(ex, env)
             message += T("timeout_reference", ref=ref_s, factor=BUDGET_FACTOR, floor=floor)
         res.problems.append(message)
+        res.hints += ex.failure_hints(case, outcome.kind, message)
     elif ex.triton and outcome.launches == 0:
         res.problems.append(T("no_kernel"))
     elif ex.judge(outcome.value, case, res, env.device):

@@ -221,6 +221,31 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, sm_scale
     return out
 
 
+def varlen_attention_grads(q, k, v, do, cu_seqlens_q, cu_seqlens_k, causal=False, sm_scale=None, *, o=None):
+    """(dq, dk, dv) of varlen_attention for the output gradient do, in fp64, sequence by sequence: shaped like the
+    packed q, k, v, dk and dv summed over each GQA group.
+
+    Each sequence is attention_grads of its own rows (causal: bottom-right within it): with o=None torch.autograd
+    through its naive attention, with o (the packed output a kernel returned) evaluated with Δ = rowsum(dO ∘ o) as a
+    backward kernel computes it. A sequence without keys or without queries, a row that sees no key, and rows past
+    the last sequence get 0.
+    """
+    q, k, v, do = _f64(q, k, v, do)
+    o = None if o is None else _f64(o)[0]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    cq, ck = _lengths(cu_seqlens_q), _lengths(cu_seqlens_k)
+    for b in range(len(cq) - 1):
+        rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        if cq[b + 1] == cq[b] or ck[b + 1] == ck[b]:
+            continue
+        qb, kb, vb, dob = (t[r].transpose(0, 1) for t, r in ((q, rq), (k, rk), (v, rk), (do, rq)))
+        ob = None if o is None else o[rq].transpose(0, 1)
+        grads = attention_grads(qb, kb, vb, dob, sm_scale, causal, o=ob, align="bottom_right")
+        for out, g, r in zip((dq, dk, dv), grads, (rq, rk, rk)):
+            out[r] = g.transpose(0, 1)
+    return dq, dk, dv
+
+
 # ------------------------------------------------------------------------------ notebook 12: attention variants
 def index_grids(B: int, H: int, n_q: int, n_k: int) -> tuple[torch.Tensor, ...]:
     """b, h, q_idx, kv_idx as int64 tensors broadcasting to (B, H, n_q, n_k): the indices a modifier is given."""
@@ -228,11 +253,12 @@ def index_grids(B: int, H: int, n_q: int, n_k: int) -> tuple[torch.Tensor, ...]:
             torch.arange(n_q).view(1, 1, n_q, 1), torch.arange(n_k).view(1, 1, 1, n_k))
 
 
-def modified_attention(q, k, v, sm_scale=None, score=None, mask=None, sinks=None):
+def modified_attention(q, k, v, sm_scale=None, score=None, mask=None, sinks=None, kv_positions=None):
     """FlexAttention's forward in fp64: softmax over keys of score(s, b, h, q_idx, kv_idx) with s = scale · q kᵀ,
     hidden keys (mask False, broadcasting to (B, H, N_q, N_k)) at −∞, and per head an optional sink logit that
     joins every row's denominator without a value. Returns (out (B, H, N_q, D), lse (B, H, N_q), natural log);
     a row that sees no key and has no sink gives 0 and lse −∞. GQA: K/V heads repeated to the query heads.
+    kv_positions: the key index each key column gives the score (default its own), for simulating kernels.
     """
     q, k, v = (t.cpu() for t in _f64(q, k, v))  # on the CPU: the modifiers' fp64 versions index CPU grids
     B, H, n_q, d = q.shape
@@ -241,7 +267,9 @@ def modified_attention(q, k, v, sm_scale=None, score=None, mask=None, sinks=None
     scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
     s = (q @ k.transpose(-1, -2)) * scale
     if score is not None:
-        s = score(s, *index_grids(B, H, n_q, k.shape[2])).to(torch.float64).expand_as(s)
+        b_, h_, q_, kv_ = index_grids(B, H, n_q, k.shape[2])
+        kv_ = kv_ if kv_positions is None else kv_positions.view(1, 1, 1, -1)
+        s = score(s, b_, h_, q_, kv_).to(torch.float64).expand_as(s)
     if mask is not None:
         s = s.masked_fill(~mask.cpu().expand_as(s), float("-inf"))
     if sinks is not None:

@@ -57,10 +57,12 @@ def test_an_unclamped_mask_mod_call_reads_out_of_bounds():
     r = grader.check("create_block_mask", fn, quiet=True)
     assert not r.passed
     assert "out-of-bounds" in str(r) or "out of bounds" in str(r), str(r)
+    assert "clamped into" in str(r), str(r)  # the modifiers must be given real positions
 
 
 FLEX = [
-    ("    s = score_mod(s, off_b, off_h, q_idx, kv_idx, SCORE_AUX)\n", "", "score_mod ignored"),
+    ("s = score_mod(qk * sm_scale, off_b, off_h, q_idx, kv_idx, SCORE_AUX) * 1.4426950408889634",
+     "s = qk * (sm_scale * 1.4426950408889634)", "score_mod ignored"),
     ("        s = tl.where(keep, s, float(\"-inf\"))\n", "", "mask not applied on partial blocks"),
     ("    n_partial = tl.load(KV_NUM + row)\n", "    n_partial = 0\n", "partial blocks skipped"),
     ("    n_full = tl.load(FULL_NUM + row)\n", "    n_full = 0\n", "full blocks skipped"),
@@ -70,6 +72,11 @@ FLEX = [
      "sink = tl.load(SINKS + off_h).to(tl.float32) * 1.4426950408889634 * sm_scale", "sink multiplied by sm_scale"),
     ("        l_i = l_i * shrink + tl.exp2(sink - m_fin)\n", "        l_i = l_i * shrink\n", "sink ignored"),
     ("off_hkv = off_h // GROUP_SIZE", "off_hkv = off_h % (H // GROUP_SIZE)", "wrong K/V head for GQA"),
+    # found by a learner walkthrough (2026-12-04): these failed with no finding
+    ("start_n = nxt.to(tl.int64) * BLOCK_N", "start_n = nxt.to(tl.int64)", "block numbers used as key positions"),
+    ("keep = mask_mod(off_b, off_h, q_idx, kv_idx, MASK_AUX) & (offs_n < N_K)[None, :]",
+     "keep = mask_mod(off_b, off_h, q_idx, kv_idx, MASK_AUX)", "keys past N_K not masked on partial blocks"),
+    ("        acc = acc * shrink[:, None]\n", "", "accumulator not rescaled by the sink"),
 ]
 
 
@@ -80,12 +87,20 @@ def test_flex_attention_mutants(old, new, named):
     assert named in str(r), str(r)
 
 
+def test_scores_left_in_natural_log_units_are_named():
+    fn = mutant("flex_attention",
+                "s = score_mod(qk * sm_scale, off_b, off_h, q_idx, kv_idx, SCORE_AUX) * 1.4426950408889634",
+                "s = score_mod(qk * sm_scale, off_b, off_h, q_idx, kv_idx, SCORE_AUX)",
+                "s = qk * (sm_scale * 1.4426950408889634)", "s = qk * sm_scale")
+    r = grader.check("flex_attention", fn, quiet=True)
+    assert not r.passed
+    assert "scores not converted to base 2" in str(r), str(r)
+
+
 def test_a_score_mod_applied_before_the_scale_is_named():
     fn = mutant("flex_attention",
-                "s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale\n",
-                "s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)\n",
-                "s = score_mod(s, off_b, off_h, q_idx, kv_idx, SCORE_AUX)\n",
-                "s = score_mod(s, off_b, off_h, q_idx, kv_idx, SCORE_AUX) * sm_scale\n")
+                "s = score_mod(qk * sm_scale, off_b, off_h, q_idx, kv_idx, SCORE_AUX) * 1.4426950408889634",
+                "s = score_mod(qk, off_b, off_h, q_idx, kv_idx, SCORE_AUX) * (sm_scale * 1.4426950408889634)")
     r = grader.check("flex_attention", fn, quiet=True)
     assert not r.passed
     assert "score_mod applied before the scale" in str(r), str(r)
@@ -97,6 +112,7 @@ def test_modifiers_given_unclamped_positions_read_out_of_bounds():
     r = grader.check("flex_attention", fn, quiet=True)
     assert not r.passed
     assert "out-of-bounds" in str(r) or "out of bounds" in str(r), str(r)
+    assert "clamped into" in str(r), str(r)  # the modifiers must be given real positions
 
 
 VARIANT_MUTANTS = [
@@ -110,6 +126,7 @@ VARIANT_MUTANTS = [
     ("alibi", "tl.load(aux + h) * (kv_idx - q_idx)", "tl.load(aux + h) * (q_idx - kv_idx)", "ALiBi's sign flipped"),
     ("alibi", "tl.load(aux + h) * (kv_idx - q_idx)", "tl.load(aux + (h + 1) % 4) * (kv_idx - q_idx)",
      "slope of another head"),
+    ("alibi", "tl.load(aux + h) * (kv_idx - q_idx)", "tl.load(aux) * (kv_idx - q_idx)", "one slope for every head"),
     ("alibi", "score + tl.load(aux + h) * (kv_idx - q_idx).to(tl.float32)",
      "score - tl.load(aux + h) * tl.abs(kv_idx - q_idx).to(tl.float32)", "symmetric ALiBi"),
     ("sliding_window", "(q_idx - kv_idx < tl.load(aux))", "(q_idx - kv_idx <= tl.load(aux))",
@@ -212,3 +229,18 @@ def test_a_modifier_that_calls_the_reference_fails():
     r = grader.check("softcap", namespace["softcap"], quiet=True, record=False)
     assert not r.passed
     assert "not available inside a function being graded" in str(r), str(r)
+
+
+def test_a_modifier_reading_aux_out_of_bounds_is_told_what_aux_holds():
+    fn = mutant("softcap", "    cap = tl.load(aux)\n", "    cap = tl.load(aux + q_idx + kv_idx + 1)\n")
+    r = grader.check("softcap", fn, quiet=True)
+    assert not r.passed
+    assert "one number, the cap" in str(r), str(r)
+
+
+def test_a_bfloat16_call_on_the_interpreter_is_refused():
+    if not grader.setup(quiet=True).interpreter:
+        pytest.skip("the interpreter's limit")
+    q = torch.zeros(1, 1, 16, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="bfloat16"):
+        grader.reference("flex_attention")(q, q, q)

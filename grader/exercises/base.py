@@ -288,6 +288,11 @@ class Exercise:
         """Hints for an output that is wrong at `wrong`: where, and which simulated bug explains it."""
         return []
 
+    def failure_hints(self, case: Case, kind: str, message: str) -> list[str]:
+        """Hints of this exercise's own for a call that did not return (kind: an Outcome's, e.g. "exception";
+        message: what the report says of it). None by default."""
+        return []
+
     def nonfinite_hint(self, case: Case) -> str:
         return T("nonfinite_guarded" if case.guards else "nonfinite_plain")
 

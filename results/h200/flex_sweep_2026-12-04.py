@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -18,6 +19,7 @@ import triton.testing
 
 spec = importlib.util.spec_from_file_location("flex_bench", Path(__file__).with_name("flex_2026-12-04.py"))
 fb = importlib.util.module_from_spec(spec)
+sys.modules["flex_bench"] = fb  # dynamo looks the torch modifiers' globals up through their module
 spec.loader.exec_module(fb)  # the variants, their fp64 rows and torch's versions: one definition of each
 
 CONFIGS = [  # (BLOCK_M, BLOCK_N, num_warps, num_stages)

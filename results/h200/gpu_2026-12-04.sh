@@ -40,3 +40,8 @@ case "${1:-}" in
   flexsweep) timeout 560 python results/h200/flex_sweep_2026-12-04.py --out "$OUT/flexsweep" --dtype "${2:-float16}" \
                --d "${3:-128}" --ns "${4:-4096,16384}" 2>&1 | tee "$OUT/flexsweep.log" | grep -v Warning | tail -30 ;;
 esac
+# notebook 12: levers (index prefetch, folded scale) as transformations of the solution's kernel
+case "${1:-}" in
+  flexlevers) timeout 560 python results/h200/flex_levers_2026-12-04.py --out "$OUT/flexlevers" --dtype "${2:-float16}" \
+                --d "${3:-128}" --ns "${4:-4096,16384}" 2>&1 | tee "$OUT/flexlevers.log" | grep -v Warning | tail -30 ;;
+esac

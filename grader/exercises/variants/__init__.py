@@ -16,8 +16,9 @@ import torch
 from ... import diagnosis, notebooks, oracle
 from ...messages import catalogue
 from ..attention import T as AT
-from ..base import BugModel, Case, Exercise, bf16_graded, draw_choice, draw_int, dtype_tag, on, output_label, randn
+from ..base import Case, Exercise, bf16_graded, draw_choice, draw_int, dtype_tag, on, output_label, randn
 from . import mods
+from .bugs import flex_bugs
 from .cases import (
     VARIANTS,
     FlexCase,
@@ -79,43 +80,21 @@ T = catalogue("exercises.variants", {
                            "of the transposed mask",
                            "调用 mask_mod 时把 (q_idx, kv_idx) 传成了 (kv_idx, q_idx)：得到的是转置掩码的分类"),
     # -- the kernel
-    "bug_score_ignored": ("score_mod ignored", "没有用 score_mod"),
-    "bug_score_ignored_why": ("the scores reached the softmax without the score_mod", "分数没经过 score_mod 就进了 "
-                                                                                      "softmax"),
-    "bug_score_unscaled": ("score_mod applied before the scale", "score_mod 用在了缩放之前"),
-    "bug_score_unscaled_why": ("score_mod(q·kᵀ) · sm_scale instead of score_mod(sm_scale · q·kᵀ): the modifier sees "
-                               "scaled scores (a softcap caps the logits the softmax sees)",
-                               "算的是 score_mod(q·kᵀ) · sm_scale，而不是 score_mod(sm_scale · q·kᵀ)：修饰函数看到"
-                               "的应当是"
-                               "缩放后的分数（softcap 截断的是 softmax 看到的 logit）"),
-    "bug_mask_ignored": ("mask not applied on partial blocks", "部分块上没有加掩码"),
-    "bug_mask_ignored_why": ("every pair of a partial block was used: the mask_mod's hidden pairs must get −∞ there",
-                             "部分块里所有的对都用上了：mask_mod 隐藏的对在那里必须是 −∞"),
-    "bug_partial_skipped": ("partial blocks skipped", "跳过了部分块"),
-    "bug_partial_skipped_why": ("only the full blocks were visited: walk kv_indices (the first kv_num_blocks entries) "
-                                "too, with the mask",
-                                "只访问了满块：还要遍历 kv_indices（前 kv_num_blocks 项），并且加掩码"),
-    "bug_full_skipped": ("full blocks skipped", "跳过了满块"),
-    "bug_full_skipped_why": ("only the partial blocks were visited: walk full_kv_indices (the first "
-                             "full_kv_num_blocks entries) too",
-                             "只访问了部分块：还要遍历 full_kv_indices（前 full_kv_num_blocks 项）"),
-    "bug_sink_ignored": ("sink ignored", "没有加 sink"),
-    "bug_sink_ignored_why": ("the sinks did not join the rows' denominators", "sink 没有加进每一行的分母"),
-    "bug_sink_base": ("sink not converted to base 2", "sink 没有换算到以 2 为底"),
-    "bug_sink_base_why": ("the state is kept in base 2 (x = s · log₂e); the sink, a natural-log logit, entered "
-                          "without the factor log₂e",
-                          "状态是按以 2 为底保存的（x = s · log₂e）；sink 是自然对数下的 logit，加进去时漏乘了 log₂e"),
-    "bug_sink_scaled": ("sink multiplied by sm_scale", "sink 乘了 sm_scale"),
-    "bug_sink_scaled_why": ("a sink is a logit already, in the units of the scaled scores: it is not multiplied by "
-                            "sm_scale",
-                            "sink 本身已经是 logit，单位就是缩放后的分数：不用再乘 sm_scale"),
-    "bug_sink_numerator": ("sink given a value", "sink 被当成了带 value 的 key"),
-    "bug_sink_numerator_why": ("the sink's weight was also added to the output (as if its value were all ones): it "
-                               "joins the denominator only",
-                               "sink 的权重也加到了输出上（就好像它的 value 全是 1）：它只进分母"),
-    "bug_flex_gqa": ("wrong K/V head for GQA", "GQA 读错了 K/V 头"),
-    "bug_flex_gqa_why": ("head h read K/V head h % {h_kv}; it must read h // {group}",
-                         "头 h 读的是 K/V 头 h % {h_kv}；应该读 h // {group}"),
+    "bug_alibi_first": ("one slope for every head", "所有头用了同一个斜率"),
+    "bug_alibi_first_why": ("aux[0] was read for every head: head h's slope is aux[h]",
+                            "每个头读的都是 aux[0]：头 h 的斜率是 aux[h]"),
+    "hint_aux_oob": ("a modifier read its aux tensor out of bounds: the kernel must hand the modifiers positions "
+                     "clamped into [0, N_Q) and [0, N_K) (the padded rows and keys of a ragged block are past the "
+                     "end of, say, the document ids)",
+                     "有修饰函数越界读了它的 aux 张量：kernel 交给修饰函数的位置必须夹在 [0, N_Q) 和 [0, N_K) 之内"
+                     "（长度不整齐的块里，填充行和填充 key 的位置已经越过了比如文档 id 的末尾）"),
+    "hint_aux_oob_mod": ("your modifier read aux outside it: the positions it is given are real ones, and aux holds "
+                         "{what}; check the index you read it at",
+                         "你的修饰函数越界读了 aux：传给它的位置都是真实的，aux 里存的是{what}；检查读它时用的下标"),
+    "aux_softcap": ("one number, the cap", "一个数，也就是 cap"),
+    "aux_alibi": ("one slope per query head", "每个 query 头一个斜率"),
+    "aux_sliding_window": ("one number, the window", "一个数，也就是窗口大小"),
+    "aux_document_mask": ("one document id per position", "每个位置一个文档 id"),
     "hint_mask": ("only cases with a block mask fail: look at the walk over the two lists and at the mask on "
                   "partial blocks",
                   "只有带块掩码的用例未通过：检查两张列表的遍历，以及部分块上的掩码"),
@@ -265,6 +244,9 @@ class CreateBlockMask(Exercise):
     def invoke(self, fn, args, kwargs, extra):
         return fn(mods.resolve("mask", args[0]), *args[1:], **kwargs)
 
+    def failure_hints(self, case, kind, message):
+        return [T("hint_aux_oob")] if "`MASK_AUX`" in message else []
+
     def judge(self, out, case: Case, res, device) -> bool:
         want = case.expected
         got = _learner_classes(out, tuple(want.shape), res)
@@ -331,40 +313,6 @@ class CreateBlockMask(Exercise):
 
 
 # ------------------------------------------------------------------------------------------- the kernel
-def flex_bugs(case: FlexCase) -> list[BugModel]:
-    """The kernel's classic mistakes, simulated in fp64 on the case's inputs."""
-    q, k, v = case.q, case.k, case.v
-    scale, mask, score, sinks = case.scale, case.mask, case.score, case.sinks
-
-    def att(score=score, mask=mask, sinks=sinks, kk=k, vv=v, sm_scale=scale):
-        return oracle.modified_attention(q, kk, vv, sm_scale, score, mask, sinks)[0]
-    bugs = []
-    if score is not None:
-        bugs.append(BugModel(T("bug_score_ignored"), T("bug_score_ignored_why"), lambda: att(score=None)))
-        raw = lambda s, *ix: score(s / scale, *ix) * scale  # noqa: E731 - the modifier of the unscaled score
-        bugs.append(BugModel(T("bug_score_unscaled"), T("bug_score_unscaled_why"), lambda: att(score=raw)))
-    if mask is not None:
-        partial, full = case.tile_mask(lambda c: c == 1), case.tile_mask(lambda c: c == 2)
-        bugs += [BugModel(T("bug_mask_ignored"), T("bug_mask_ignored_why"), lambda: att(mask=partial | full)),
-                 BugModel(T("bug_partial_skipped"), T("bug_partial_skipped_why"), lambda: att(mask=mask & full)),
-                 BugModel(T("bug_full_skipped"), T("bug_full_skipped_why"), lambda: att(mask=mask & partial))]
-    if sinks is not None:
-        def numerator():
-            out, lse = oracle.modified_attention(q, k, v, scale, score, mask, sinks)
-            weight = torch.exp(sinks.double().cpu().view(1, -1, 1) - lse.where(torch.isfinite(lse), 0.0))
-            return out + weight[..., None]
-        bugs += [BugModel(T("bug_sink_ignored"), T("bug_sink_ignored_why"), lambda: att(sinks=None)),
-                 BugModel(T("bug_sink_base"), T("bug_sink_base_why"), lambda: att(sinks=sinks * 0.6931471805599453)),
-                 BugModel(T("bug_sink_scaled"), T("bug_sink_scaled_why"), lambda: att(sinks=sinks * scale)),
-                 BugModel(T("bug_sink_numerator"), T("bug_sink_numerator_why"), numerator)]
-    H, H_kv = q.shape[1], k.shape[1]
-    if H != H_kv:
-        idx = torch.arange(H) % H_kv
-        bugs.append(BugModel(T("bug_flex_gqa"), T("bug_flex_gqa_why", h_kv=H_kv, group=H // H_kv),
-                             lambda: att(kk=k[:, idx.to(k.device)], vv=v[:, idx.to(v.device)])))
-    return bugs
-
-
 class FlexAttention(diagnosis.QuietWhenExplained, Exercise):
     triton = True
     budget_s = 120.0
@@ -374,6 +322,9 @@ class FlexAttention(diagnosis.QuietWhenExplained, Exercise):
 
     def invoke(self, fn, args, kwargs, extra):
         return fn(*args, **resolve_kwargs(kwargs))
+
+    def failure_hints(self, case, kind, message):
+        return [T("hint_aux_oob")] if "`MASK_AUX`" in message or "`SCORE_AUX`" in message else []
 
     def axis_names(self, case):
         return _attention_axes()
@@ -468,6 +419,14 @@ class VariantExercise(Exercise):
     def spec(self):
         return VARIANTS[self.variant]
 
+    def failure_hints(self, case, kind, message):
+        if any(f"`{name}`" in message for name in ("AUX", "MASK_AUX", "SCORE_AUX")):
+            return [T("hint_aux_oob_mod", what=T(f"aux_{self.variant}"))]
+        return []
+
+    def nonfinite_hint(self, case):
+        return T("hint_overflow_tanh") if self.variant == "softcap" else super().nonfinite_hint(case)
+
     def invoke(self, fn, args, kwargs, extra):
         if notebooks.references_called_by(fn):
             raise RuntimeError(notebooks.T("reference_of_in_call", exercise=self.id))
@@ -510,8 +469,6 @@ class VariantExercise(Exercise):
                 b, h, i, j = bad.nonzero()[0].tolist()
                 res.problems.append(T("score_at", h=h, i=i, j=j, s=float(case.scores[b, h, i, j]),
                                       got=float(got[b, h, i, j]), want=float(case.expected[b, h, i, j])))
-            if not torch.isfinite(got).all() and self.variant == "softcap":
-                res.hints.append(T("hint_overflow_tanh"))
             res.hints += self._mistakes(case, got)
         return ok
 

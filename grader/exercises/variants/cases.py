@@ -258,6 +258,7 @@ VARIANTS = {
         {"bug_alibi_sign": lambda a, s, b, h, q, k: s + a[h] * (q - k),
          "bug_alibi_abs": lambda a, s, b, h, q, k: s - a[h] * (k - q).abs(),
          "bug_alibi_head": lambda a, s, b, h, q, k: s + a[(h + 1) % a.numel()] * (k - q),
+         "bug_alibi_first": lambda a, s, b, h, q, k: s + a[0] * (k - q),
          "bug_alibi_batch": lambda a, s, b, h, q, k: s + a[b % a.numel()] * (k - q),
          "bug_alibi_no_slope": lambda a, s, b, h, q, k: s + (k - q)}),
     "sliding_window": Variant(

@@ -38,19 +38,23 @@ LADDER = catalogue("exercises.variants.ladder", {
         "softmax 看到的分数 tile：先是缩放后的点积，再对每个元素调用 score_mod，传入这个元素的 batch、头、query 和 key "
         "下标；在部分块上，mask_mod 隐藏的对和超过 N_K 的 key 的权重都要是 0。"),
     "mods_math": (
-        "s = score_mod(τ · q kᵀ, b, h, i, j), the scale first (FlexAttention's order: a softcap caps scaled "
-        "scores). The indices broadcast: i as a column (BLOCK_M, 1), j as a row (1, BLOCK_N), both clamped into "
-        "the real range; b and h are scalars. A hidden pair's score is −∞.",
-        "s = score_mod(τ · q kᵀ, b, h, i, j)，先缩放（FlexAttention 的顺序：softcap 截断的是缩放后的分数）。下标靠"
-        "广播："
+        "s = log₂e · score_mod(τ · q kᵀ, b, h, i, j): the scale first (FlexAttention's order: a softcap caps scaled "
+        "scores), log₂e last (the state is in base 2); with no score_mod, (τ · log₂e) · q kᵀ. The indices "
+        "broadcast: i as a column (BLOCK_M, 1), j as a row (1, BLOCK_N), both clamped into the real range; b and h "
+        "are scalars. A hidden pair's score is −∞.",
+        "s = log₂e · score_mod(τ · q kᵀ, b, h, i, j)：先缩放（FlexAttention 的顺序：softcap 截断的是缩放后的分数），"
+        "最后乘 log₂e（状态以 2 为底）；没有 score_mod 时就是 (τ · log₂e) · q kᵀ。下标靠广播："
         "i 是一列 (BLOCK_M, 1)，j 是一行 (1, BLOCK_N)，都夹在真实范围之内；b 和 h 是标量。被隐藏的对分数为 −∞。"),
     "mods_code": (
-        "`tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale`; `tl.minimum(offs_m, N_Q - 1)[:, None]` "
-        "and the same for the keys; call `score_mod(s, off_b, off_h, q_idx, kv_idx, SCORE_AUX)`; under "
-        "`if MASKED:` a `tl.where` on the mask_mod's result `&` the real keys (`offs_n < N_K`, as a row).",
-        "`tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale`；`tl.minimum(offs_m, N_Q - 1)[:, None]`，"
-        "key 也一样；调用 `score_mod(s, off_b, off_h, q_idx, kv_idx, SCORE_AUX)`；在 `if MASKED:` 下面，对 mask_mod "
-        "的结果与真实 key（`offs_n < N_K`，写成一行）的 `&` 做 `tl.where`。"),
+        "`qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)`; `tl.minimum(offs_m, N_Q - 1).to(tl.int32)"
+        "[:, None]` and the same for the keys as a row; under `if HAS_SCORE_MOD:` call `score_mod(qk * sm_scale, "
+        "off_b, off_h, q_idx, kv_idx, SCORE_AUX)` and multiply by log₂e (1.4426950408889634), else one multiply by "
+        "the product of the two constants; under `if MASKED:` a `tl.where` on the mask_mod's result `&` the real "
+        "keys (`offs_n < N_K`, as a row).",
+        "`qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)`；`tl.minimum(offs_m, N_Q - 1).to(tl.int32)"
+        "[:, None]`，key 也一样，写成一行；在 `if HAS_SCORE_MOD:` 下调用 `score_mod(qk * sm_scale, off_b, off_h, "
+        "q_idx, kv_idx, SCORE_AUX)` 再乘 log₂e（1.4426950408889634），否则乘一次两个常数的乘积；在 `if MASKED:` "
+        "下面，对 mask_mod 的结果与真实 key（`offs_n < N_K`，写成一行）的 `&` 做 `tl.where`。"),
     "walk_idea": (
         "This Q block visits exactly the key blocks its row of the block mask lists: first the partial ones, each "
         "with the mask evaluated, then the full ones, without. The two lists hold block numbers; their counts say "
@@ -68,11 +72,13 @@ LADDER = catalogue("exercises.variants.ladder", {
     "walk_code": (
         "Two `for i in range(0, count)` loops with the counts `tl.load`ed from KV_NUM + row and FULL_NUM + row; in "
         "each, `tl.load` the block number, `.to(tl.int64)` before multiplying by BLOCK_N, load k and v as notebook "
-        "06 does (the key mask only matters on partial blocks), then `_modified_scores(..., MASKED)` with True or "
-        "False and `_online_step`.",
+        "06 does (the key mask only matters on partial blocks), then "
+        "`_modified_scores(..., HAS_SCORE_MOD, MASKED, ...)` with MASKED True or False, and `_online_step`. "
+        "Faster: load the next block's number one iteration ahead, so that the tile's loads do not wait for it.",
         "两个 `for i in range(0, count)` 循环，计数从 KV_NUM + row 和 FULL_NUM + row `tl.load` 出来；每次迭代先 "
         "`tl.load` 块号，乘 BLOCK_N 之前先 `.to(tl.int64)`，像 notebook 06 那样加载 k 和 v（key 的 mask 只在部分块上"
-        "有用），然后调用 `_modified_scores(..., MASKED)`（传 True 或 False）和 `_online_step`。"),
+        "有用），然后调用 `_modified_scores(..., HAS_SCORE_MOD, MASKED, ...)`（MASKED 传 True 或 False）和 "
+        "`_online_step`。更快的写法：提前一次迭代加载下一个块的块号，这样 tile 的 load 不必等它。"),
     "sink_idea": (
         "A sink is one more logit per head in every row's softmax, with no value: it adds to the denominator and "
         "to nothing else. Fold it into the final state as if it were one more key whose value is zero.",
@@ -104,9 +110,9 @@ LADDER = catalogue("exercises.variants.ladder", {
         "cap · tanh(s / cap)，cap 是 aux 的第一个元素。tanh(x) = (1 − e^(−2|x|)) / (1 + e^(−2|x|))，符号与 x 相同："
         "写成 −2|x| 的形式，指数永远不会上溢，而 e^(2x) 在 fp32 中 x 超过 ≈ 44 就是 inf。"),
     "softcap_code": (
-        "`tl.load(aux)`; a `tanh` of your own from `tl.exp`, `tl.abs` and `tl.where` (or the notebook's `_tanh`); "
+        "`tl.load(aux)`; a `tanh` of your own from `tl.exp`, `tl.abs` and `tl.where`; "
         "return a tensor of score's shape.",
-        "`tl.load(aux)`；用 `tl.exp`、`tl.abs` 和 `tl.where` 自己写一个 `tanh`（或者用 notebook 里的 `_tanh`）；返回与 "
+        "`tl.load(aux)`；用 `tl.exp`、`tl.abs` 和 `tl.where` 自己写一个 `tanh`；返回与 "
         "score 形状相同的张量。"),
     "alibi_idea": (
         "ALiBi adds a linear penalty on distance, with a different slope per head: far keys lose weight, faster "

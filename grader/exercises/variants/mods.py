@@ -12,11 +12,11 @@ batch entry or head), then the (Bm, Hm, N_q, N_k) entries.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+
+from ... import device
 
 HEADER = 4
 
@@ -121,7 +121,7 @@ def _settle_interpreter_globals() -> None:
     """Triton's interpreter copies its own module's globals into the module of every @triton.jit function it runs,
     the first time it runs one; done here at import, it is not a change a learner's call seems to make to the
     grader (which the grader reports)."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    if not device.interpreter_requested():
         return
     from triton.runtime import interpreter
 
