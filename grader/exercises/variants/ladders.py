@@ -46,15 +46,15 @@ LADDER = catalogue("exercises.variants.ladder", {
         "最后乘 log₂e（状态以 2 为底）；没有 score_mod 时就是 (τ · log₂e) · q kᵀ。下标靠广播："
         "i 是一列 (BLOCK_M, 1)，j 是一行 (1, BLOCK_N)，都夹在真实范围之内；b 和 h 是标量。被隐藏的对分数为 −∞。"),
     "mods_code": (
-        "`qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)`; `tl.minimum(offs_m, N_Q - 1).to(tl.int32)"
-        "[:, None]` and the same for the keys as a row; under `if HAS_SCORE_MOD:` call `score_mod(qk * sm_scale, "
-        "off_b, off_h, q_idx, kv_idx, SCORE_AUX)` and multiply by log₂e (1.4426950408889634), else one multiply by "
-        "the product of the two constants; under `if MASKED:` a `tl.where` on the mask_mod's result `&` the real "
-        "keys (`offs_n < N_K`, as a row).",
-        "`qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)`；`tl.minimum(offs_m, N_Q - 1).to(tl.int32)"
-        "[:, None]`，key 也一样，写成一行；在 `if HAS_SCORE_MOD:` 下调用 `score_mod(qk * sm_scale, off_b, off_h, "
-        "q_idx, kv_idx, SCORE_AUX)` 再乘 log₂e（1.4426950408889634），否则乘一次两个常数的乘积；在 `if MASKED:` "
-        "下面，对 mask_mod 的结果与真实 key（`offs_n < N_K`，写成一行）的 `&` 做 `tl.where`。"),
+        "the product `tl.dot` of q and `tl.trans(k)` at DOT_PRECISION; the positions through `tl.minimum` and "
+        "`.to(tl.int32)`, the queries as a column and the keys as a row; under `if HAS_SCORE_MOD:` call "
+        "`score_mod` on the scaled product with (off_b, off_h, q_idx, kv_idx, SCORE_AUX) and multiply by log₂e "
+        "(1.4426950408889634), else one multiply by the product of the two constants; under `if MASKED:` a "
+        "`tl.where` on the mask_mod's result `&` the real keys (`offs_n < N_K`, as a row).",
+        "q 与 `tl.trans(k)` 的 `tl.dot`，按 DOT_PRECISION 计算；位置用 `tl.minimum` 和 `.to(tl.int32)` 处理，"
+        "query 写成一列、key 写成一行；在 `if HAS_SCORE_MOD:` 下对缩放后的乘积调用 `score_mod`，传入 "
+        "(off_b, off_h, q_idx, kv_idx, SCORE_AUX)，再乘 log₂e（1.4426950408889634），否则乘一次两个常数的乘积；"
+        "在 `if MASKED:` 下面，对 mask_mod 的结果与真实 key（`offs_n < N_K`，写成一行）的 `&` 做 `tl.where`。"),
     "walk_idea": (
         "This Q block visits exactly the key blocks its row of the block mask lists: first the partial ones, each "
         "with the mask evaluated, then the full ones, without. The two lists hold block numbers; their counts say "

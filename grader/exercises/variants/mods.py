@@ -71,41 +71,40 @@ def table_aux(values: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
 
 # ----------------------------------------------------------------- evaluating a learner's modifier on a grid
 @triton.jit
-def _eval_mask_kernel(OUT, AUX, H, N_Q, N_K, mask_mod: tl.constexpr, BLOCK: tl.constexpr):
+def _eval_mask_kernel(OUT, AUX, H, N_Q, N_K, mask_mod: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK: tl.constexpr):
     bh = tl.program_id(0)
-    q = tl.program_id(1)
     b = bh // H
     h = bh % H
-    kv = tl.arange(0, BLOCK)
+    rows = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)[:, None]
     for start in range(0, N_K, BLOCK):
-        kv_idx = start + kv
-        keep = kv_idx < N_K
-        m = mask_mod(b, h, q + tl.zeros((1, 1), dtype=tl.int32), tl.minimum(kv_idx, N_K - 1)[None, :], AUX)
-        m = tl.broadcast_to(m, (1, BLOCK))
-        tl.store(OUT + (bh * N_Q + q) * N_K + kv_idx[None, :], tl.where(m, 1, 0).to(tl.int8), mask=keep[None, :])
+        kv_idx = start + tl.arange(0, BLOCK)[None, :]
+        keep = (rows < N_Q) & (kv_idx < N_K)
+        m = mask_mod(b, h, tl.minimum(rows, N_Q - 1), tl.minimum(kv_idx, N_K - 1), AUX)
+        m = tl.broadcast_to(m, (BLOCK_Q, BLOCK))
+        tl.store(OUT + (bh * N_Q + rows) * N_K + kv_idx, tl.where(m, 1, 0).to(tl.int8), mask=keep)
 
 
 @triton.jit
-def _eval_score_kernel(OUT, S, AUX, H, N_Q, N_K, score_mod: tl.constexpr, BLOCK: tl.constexpr):
+def _eval_score_kernel(OUT, S, AUX, H, N_Q, N_K, score_mod: tl.constexpr, BLOCK_Q: tl.constexpr,
+                       BLOCK: tl.constexpr):
     bh = tl.program_id(0)
-    q = tl.program_id(1)
     b = bh // H
     h = bh % H
-    kv = tl.arange(0, BLOCK)
+    rows = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)[:, None]
     for start in range(0, N_K, BLOCK):
-        kv_idx = start + kv
-        keep = kv_idx < N_K
-        offs = (bh * N_Q + q) * N_K + kv_idx[None, :]
-        s = tl.load(S + offs, mask=keep[None, :], other=0.0)
-        r = score_mod(s, b, h, q + tl.zeros((1, 1), dtype=tl.int32), tl.minimum(kv_idx, N_K - 1)[None, :], AUX)
-        r = tl.broadcast_to(r, (1, BLOCK))
-        tl.store(OUT + offs, r.to(tl.float32), mask=keep[None, :])
+        kv_idx = start + tl.arange(0, BLOCK)[None, :]
+        keep = (rows < N_Q) & (kv_idx < N_K)
+        offs = (bh * N_Q + rows) * N_K + kv_idx
+        s = tl.load(S + offs, mask=keep, other=0.0)
+        r = score_mod(s, b, h, tl.minimum(rows, N_Q - 1), tl.minimum(kv_idx, N_K - 1), AUX)
+        r = tl.broadcast_to(r, (BLOCK_Q, BLOCK))
+        tl.store(OUT + offs, r.to(tl.float32), mask=keep)
 
 
 def evaluate_mask(mask_mod, B: int, H: int, n_q: int, n_k: int, aux: torch.Tensor) -> torch.Tensor:
     """The learner's mask_mod at every (b, h, q_idx, kv_idx): a (B, H, n_q, n_k) bool tensor."""
     out = torch.empty((B, H, n_q, n_k), dtype=torch.int8, device=aux.device)
-    _eval_mask_kernel[(B * H, n_q)](out, aux, H, n_q, n_k, mask_mod=mask_mod, BLOCK=32)
+    _eval_mask_kernel[(B * H, triton.cdiv(n_q, 16))](out, aux, H, n_q, n_k, mask_mod=mask_mod, BLOCK_Q=16, BLOCK=32)
     return out != 0
 
 
@@ -113,7 +112,8 @@ def evaluate_score(score_mod, scores: torch.Tensor, aux: torch.Tensor) -> torch.
     """The learner's score_mod applied to a (B, H, n_q, n_k) fp32 tensor of scores, entry by entry."""
     B, H, n_q, n_k = scores.shape
     out = torch.empty_like(scores)
-    _eval_score_kernel[(B * H, n_q)](out, scores, aux, H, n_q, n_k, score_mod=score_mod, BLOCK=32)
+    _eval_score_kernel[(B * H, triton.cdiv(n_q, 16))](out, scores, aux, H, n_q, n_k, score_mod=score_mod, BLOCK_Q=16,
+                                                      BLOCK=32)
     return out
 
 
