@@ -69,6 +69,8 @@ catalogue(NAMESPACE, {
     "TODO: sequence bounds": ("TODO: sequence bounds", "TODO（sequence bounds，序列边界）"),
     "TODO: causal shift": ("TODO: causal shift", "TODO（causal shift，因果偏移）"),
     "TODO: causal loop bounds": ("TODO: causal loop bounds", "TODO（causal loop bounds，因果循环边界）"),
+    "TODO: backward sequence bounds": ("TODO: backward sequence bounds",
+                                       "TODO（backward sequence bounds，反向的序列边界）"),
     # 11
     "TODO: the producer": ("TODO: the producer", "TODO：生产者"),
     "TODO: the turn protocol": ("TODO: the turn protocol", "TODO：轮次协议"),

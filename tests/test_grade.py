@@ -369,7 +369,8 @@ def test_an_untouched_template_is_not_attempted_in_batch_grading(tmp_path):
                        "--seed", "5"]) == 0
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         rows = {r["exercise"]: r for r in csv.DictReader(f)}
-    assert set(rows) == {"flash_decode", "flash_decode_paged", "flash_attention_varlen"}, rows
+    assert set(rows) == {"flash_decode", "flash_decode_paged", "flash_attention_varlen",
+                         "flash_attention_varlen_autograd"}, rows
     for r in rows.values():
         assert r["passed"] == "0" and r["reason"] == "not attempted", r
     assert any(int(r["cases_passed"]) > 0 for r in rows.values()), "the template's argument checks pass no case?"

@@ -547,4 +547,4 @@ def test_the_lesson_keeps_its_lab_record_in_the_chapter_notes(path):
     assert (solutions_dir().parent / "results" / "h200" / "chapter-10-notes.md").is_file()
     text = _markdown(path)
     assert not record_problems(text)
-    assert path.parent.name == "zh" or len(text) < 23_000  # the learner notebook's prose, in characters
+    assert path.parent.name == "zh" or len(text) < 25_000  # the learner notebook's prose: the course's cap

@@ -45,3 +45,13 @@ case "${1:-}" in
   flexlevers) timeout 560 python results/h200/flex_levers_2026-12-04.py --out "$OUT/flexlevers" --dtype "${2:-float16}" \
                 --d "${3:-128}" --ns "${4:-4096,16384}" 2>&1 | tee "$OUT/flexlevers.log" | grep -v Warning | tail -30 ;;
 esac
+# notebook 12's backward (section 7) beside torch's FlexAttention fwd+bwd; notebook 10's varlen backward beside the
+# padded backward and SDPA; the new exercise's reference graded on the GPU
+case "${1:-}" in
+  flexbwd) timeout 560 python results/h200/flex_bwd_2026-12-04.py --out "$OUT/flexbwd" --dtype "${2:-float16}" \
+             --d "${3:-128}" --n "${4:-4096}" 2>&1 | tee "$OUT/flexbwd.log" | grep -v Warning | tail -30 ;;
+  varlenbwd) timeout 560 python results/h200/varlen_bwd_2026-12-04.py --out "$OUT/varlenbwd" ${2:-} 2>&1 \
+               | tee "$OUT/varlenbwd.log" | grep -v Warning | tail -40 ;;
+  refs10) timeout 300 python results/h200/references_gpu_2026-12-02.py flash_attention_varlen \
+            flash_attention_varlen_autograd 2>&1 | tee "$OUT/refs10.log" | grep -v Warning | tail -20 ;;
+esac

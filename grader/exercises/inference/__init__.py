@@ -45,6 +45,16 @@ from .cases import (  # noqa: F401 - importable here as before the split (tests 
     varlen_specs,
 )
 from .ladders import LADDERS
+from .varlen_grad import T as VARLEN_GRAD
+from .varlen_grad import (  # noqa: F401 - tests use the simulation and the case lists
+    VarlenGradCase,
+    _GradSim,
+    judge_varlen_grads,
+    varlen_grad_bugs,
+    varlen_grad_builders,
+    varlen_grad_hidden_builders,
+    varlen_grad_specs,
+)
 
 T = catalogue("exercises.inference", {
     # -- exercise titles
@@ -426,6 +436,57 @@ class FlashAttentionVarlen(ServingExercise):
         return [build]
 
 
+class FlashAttentionVarlenAutograd(ServingExercise):
+    """flash_attention_varlen_autograd: o like flash_attention_varlen's; then the grader calls
+    autograd.grad(o, (q, k, v), do) and judges the packed gradients against fp64 autograd, sequence by sequence
+    (grader.oracle.varlen_attention_grads, Δ from the o returned)."""
+
+    hint_texts = VARLEN_HINTS | {"causal": VARLEN_GRAD.later("hint_grad_causal"),
+                                 "offsets": VARLEN_GRAD.later("hint_grad_offsets"),
+                                 "gqa": VARLEN_GRAD.later("hint_grad_gqa"),
+                                 "empty-rows": VARLEN_GRAD.later("hint_grad_empty")}
+    ladder = LADDERS["flash_attention_varlen_autograd"]
+
+    def case_builders(self, env):
+        return varlen_grad_builders(env) + varlen_bad_argument_builders(env)
+
+    def hidden_case_builders(self, env):
+        return varlen_grad_hidden_builders(env)
+
+    def invoke(self, fn, args, kwargs, extra):
+        from ..backward import AutogradRun, classify, total_launches
+        from ..backward import T as BACKWARD
+        o = fn(*args, **kwargs)
+        if not isinstance(o, torch.Tensor) or o.grad_fn is None:
+            return AutogradRun(o.detach() if isinstance(o, torch.Tensor) else o)
+        before = total_launches()
+        try:
+            grads = torch.autograd.grad(o, args[:3], extra["do"], allow_unused=True)
+        except Exception as e:  # noqa: BLE001 - the backward's failure is this case's verdict, said as such
+            kind, message = classify(e)
+            return AutogradRun(o.detach(), True, None, kind, message)
+        if before is not None and total_launches() == before:  # PyTorch differentiated something else
+            return AutogradRun(o.detach(), True, None, "no_kernel", BACKWARD("backward_no_kernel"))
+        return AutogradRun(o.detach(), True, tuple(grads))
+
+    def judge(self, out, case: VarlenGradCase, res, device: str) -> bool:
+        from ... import oracle
+        from ..backward import T as BACKWARD
+        if not Exercise.judge(self, out.o, case, res, device):
+            return False
+        if not out.has_grad_fn:
+            res.problems.append(BACKWARD("no_grad_fn"))
+            return False
+        if out.backward_kind:
+            error = out.backward_error.replace(BACKWARD("your_function"), BACKWARD("your_backward"))
+            res.problems.append(BACKWARD("backward_failed", error=error))
+            return False
+        cu_q, cu_k = _offsets(case.q_lengths), _offsets(case.lengths)
+        refs = oracle.varlen_attention_grads(case.q, case.k, case.v, case.do, cu_q, cu_k, case.causal, case.sm_scale,
+                                             o=out.o)
+        return judge_varlen_grads(out.grads, case, refs, res, device, lambda: varlen_grad_bugs(case, out.o))
+
+
 EXERCISES = [
     FlashDecode("flash_decode", T.later("title_decode"), "10_inference", "flash_decode",
                 "flash_decode(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None, cache_batch_idx=None, "
@@ -436,4 +497,8 @@ EXERCISES = [
     FlashAttentionVarlen("flash_attention_varlen", T.later("title_varlen"), "10_inference", "flash_attention_varlen",
                          "flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, "
                          "causal=False, sm_scale=None, check_values=True) -> o"),
+    FlashAttentionVarlenAutograd("flash_attention_varlen_autograd", VARLEN_GRAD.later("title_varlen_autograd"),
+                                 "10_inference", "flash_attention_varlen_autograd",
+                                 "flash_attention_varlen_autograd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, "
+                                 "max_seqlen_k, causal=False, sm_scale=None) -> o (differentiable)"),
 ]

@@ -182,6 +182,31 @@ T = catalogue("exercises.inference.ladder", {
         "截断用 `tl.minimum` 和 `tl.maximum`；取整先整除 BLOCK_N 再乘回去，放在截断之后，保证结果在 [0, n_k] 之内。"
         "不带 mask 的循环终点超过 n_k，就会不带 mask 地读到下一个序列的 key（结果出错）；带 mask 的循环终点要是按超出 "
         "n_q 的填充行来算，只是多算几个被所有真实行用掩码遮住的块。"),
+    # ---- flash_attention_varlen_autograd: dK/dV sequence bounds
+    "bwd_bounds_1": (
+        "A dK/dV program owns one block of one sequence's keys. Everything its walks read, the queries, dO, lse and "
+        "Δ, is based at that sequence's first query row, and its causal diagonal is the one the forward used for "
+        "that sequence: find both from the sequence's own offsets, never from the packed batch's sizes.",
+        "一个 dK/dV program 负责某一个序列的一块 key。它的遍历读到的一切——query、dO、lse 和 Δ——都以这个序列的第一个 "
+        "query 行为起点；它的因果对角线也必须是前向对这个序列用的那一条：两者都要由这个序列自己的偏移得出，绝不能用"
+        "整个打包 batch 的尺寸。"),
+    "bwd_bounds_2": (
+        "Sequence b's queries are packed rows cu_seqlens_q[b] … cu_seqlens_q[b + 1] − 1, its keys rows "
+        "cu_seqlens_k[b] … cu_seqlens_k[b + 1] − 1, so each count is a difference of two neighbouring entries. The "
+        "forward's queries are the last n_q of the sequence's n_k positions (bottom-right): row n_q − 1 sees key "
+        "n_k − 1, which fixes the offset. With n_q > n_k it is negative and the first rows see nothing.",
+        "序列 b 的 query 是打包后的第 cu_seqlens_q[b] … cu_seqlens_q[b + 1] − 1 行，key 是第 cu_seqlens_k[b] … "
+        "cu_seqlens_k[b + 1] − 1 行，所以每个长度都是相邻两项之差。前向里的 query 是这个序列 n_k 个位置中的最后 "
+        "n_q 个（右下对齐）：第 n_q − 1 行能看到第 n_k − 1 个 key，偏移由此确定。n_q > n_k 时偏移为负，前面几行什么都"
+        "看不到。"),
+    "bwd_bounds_3": (
+        "Four scalar `tl.load`s from CuQ and CuK at b and b + 1 (the forward's sequence bounds again), and one "
+        "subtraction for the offset. What the check names: q_start read as 0 or n_q over the whole batch ('gradients "
+        "leaking across sequence boundaries'), an offset from total or max lengths ('the causal offset of another "
+        "sequence'), an offset of 0 ('top-left per sequence in the backward').",
+        "从 CuQ、CuK 的第 b 和第 b + 1 项做四次标量 `tl.load`（又是前向的 sequence bounds），偏移再做一次减法。检查会"
+        "点名的错误：q_start 读成 0，或 n_q 取整个 batch 的（“梯度越过了序列边界”）；偏移用总长度或最大长度算"
+        "（“用了别的序列的因果偏移”）；偏移取 0（“反向里每个序列按左上对齐”）。"),
 })
 
 
@@ -197,4 +222,6 @@ LADDERS: dict[str, dict[str, tuple[Text, ...]]] = {
         "sequence bounds": T.steps("bounds_1", "bounds_2"),
         "causal shift": T.steps("shift_1", "shift_2"),
         "causal loop bounds": T.steps("loop_1", "loop_2", "loop_3")},  # not shown: a label
+    "flash_attention_varlen_autograd": {
+        "backward sequence bounds": T.steps("bwd_bounds_1", "bwd_bounds_2", "bwd_bounds_3")},  # not shown: a label
 }
