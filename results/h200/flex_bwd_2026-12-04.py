@@ -85,7 +85,7 @@ def main():
 
             def ours_fb():
                 o = NB.flex_attention_autograd(*leaves, score_mod=sm, score_mod_grad=GRADS[name], block_mask=bm,
-                                               score_aux=saux)
+                                               score_aux=saux, forward=NB.flex_attention)
                 return torch.autograd.grad(o, leaves, do)
 
             def theirs_fb():
