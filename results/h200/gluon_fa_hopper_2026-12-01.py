@@ -52,6 +52,9 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    # Triton 3.9 renamed the TMA copies (3.6, the H200's: async_copy_global_to_shared / async_copy_shared_to_global)
+    _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
     HAVE_GLUON = True
     _GLUON_ERROR = None
 except Exception as _err:  # noqa: BLE001 -- no Triton, or a Triton without Gluon: importing must still work
@@ -141,7 +144,7 @@ def _store_out(acc, l_i, o_desc, o_ptr, o_smem, row_in_head, bh, N_CTX, o_layout
     if EVEN_M:
         o_smem.store(out)
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [bh * N_CTX + row_in_head, 0], o_smem)
+        _tma_store(o_desc, [bh * N_CTX + row_in_head, 0], o_smem)
         tma.store_wait(0)
     else:
         rows = row_in_head + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
@@ -174,8 +177,8 @@ def _s1_issue_kv(k_desc, v_desc, k_smem, v_smem, kv_bars, j, kv_row0, pred,
     s = j % NUM_STAGES
     bar = kv_bars.index(s)
     mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BLOCK_N, 0], bar, k_smem.index(s), pred=pred)
-    tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BLOCK_N, 0], bar, v_smem.index(s), pred=pred)
+    _tma_load(k_desc, [kv_row0 + j * BLOCK_N, 0], bar, k_smem.index(s), pred=pred)
+    _tma_load(v_desc, [kv_row0 + j * BLOCK_N, 0], bar, v_smem.index(s), pred=pred)
 
 
 @gluon.jit
@@ -223,7 +226,7 @@ def _fa_s1_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, qk_scale, N_CTX, H, GRO
     fence_async_shared()
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [bh * N_CTX + row0, 0], q_bar, q_smem)
+    _tma_load(q_desc, [bh * N_CTX + row0, 0], q_bar, q_smem)
     for i in gl.static_range(NUM_STAGES - 1):
         _s1_issue_kv(k_desc, v_desc, k_smem, v_smem, kv_bars, i, kv_row0, i < n_total, BLOCK_N, NUM_STAGES)
 
@@ -260,17 +263,17 @@ def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v
     q_rows: gl.constexpr = q_desc.block_type.shape[0]
     mbarrier.expect(q_bar, Q_TILES * q_desc.block_type.nbytes)
     for t in gl.static_range(Q_TILES):
-        tma.async_copy_global_to_shared(q_desc, [q_row + t * q_rows, 0], q_bar, q_smem.index(t))
+        _tma_load(q_desc, [q_row + t * q_rows, 0], q_bar, q_smem.index(t))
     for j in range(n_total):
         s = j % NUM_STAGES
         # empty barriers start in phase 0: waiting for parity 1 passes at once on the first lap
         ph = ((j // NUM_STAGES) & 1) ^ 1
         mbarrier.wait(k_empty.index(s), ph)
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+        _tma_load(k_desc, [kv_row0 + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
         mbarrier.wait(v_empty.index(s), ph)
         mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+        _tma_load(v_desc, [kv_row0 + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
 
 
 @gluon.jit
@@ -568,10 +571,10 @@ def _s4_load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
     ph = ((c // NUM_STAGES) & 1) ^ 1  # empty barriers: parity 1 passes at once on the first lap
     mbarrier.wait(k_empty.index(s), ph)
     mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [row, 0], k_ready.index(s), k_smem.index(s))
+    _tma_load(k_desc, [row, 0], k_ready.index(s), k_smem.index(s))
     mbarrier.wait(v_empty.index(s), ph)
     mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(v_desc, [row, 0], v_ready.index(s), v_smem.index(s))
+    _tma_load(v_desc, [row, 0], v_ready.index(s), v_smem.index(s))
 
 
 @gluon.jit
@@ -597,7 +600,7 @@ def _s4_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k
         mbarrier.expect(q_bar.index(qb), 2 * q_desc.block_type.nbytes)
         q_row = bh * N_CTX + start_m * TILE_M
         for t in gl.static_range(2):
-            tma.async_copy_global_to_shared(q_desc, [q_row + t * BLOCK_M, 0], q_bar.index(qb),
+            _tma_load(q_desc, [q_row + t * BLOCK_M, 0], q_bar.index(qb),
                                             q_smem.index(2 * qb + t))
         for j in range(ahead, n_total):
             _s4_load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, c + j,
